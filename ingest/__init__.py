@@ -1,0 +1,1 @@
+"""Turn what producers send into canonical events, redacted, or into dead letters."""

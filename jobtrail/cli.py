@@ -1,0 +1,286 @@
+"""The `jobtrail` command line. Embedded by default; `JOBTRAIL_KAFKA` selects cluster mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from jobtrail.config import Settings
+
+
+def _settings(ctx: click.Context) -> Settings:
+    return ctx.obj  # type: ignore[no-any-return]
+
+
+@click.group()
+@click.option("--home", type=click.Path(path_type=Path), default=None,
+              help="State directory (embedded chDB and log); default $JOBTRAIL_HOME or ./var")
+@click.pass_context
+def main(ctx: click.Context, home: Path | None) -> None:
+    """jobtrail: one cross-system timeline per training job."""
+    settings = Settings.from_env(os.environ)
+    if home is not None:
+        settings = settings.with_(home=home)
+    ctx.obj = settings
+
+
+def _summary(result: Any, started: float) -> str:
+    elapsed = time.monotonic() - started
+    return (f"received {result.received}, stored {result.stored}, duplicates {result.duplicates}, "
+            f"dead-lettered {len(result.dead_letters)}, timeline rows {result.timeline_rows} "
+            f"in {elapsed:.2f} s")
+
+
+def _print_dead_letters(letters: list[Any]) -> None:
+    for letter in letters[:20]:
+        where = f" field {letter.field!r}" if letter.field else ""
+        click.echo(f"  dead letter [{letter.stage}] {letter.event_ref}{where}: {letter.reason}",
+                   err=True)
+    if len(letters) > 20:
+        click.echo(f"  ... and {len(letters) - 20} more (jobtrail dead-letters)", err=True)
+
+
+def _ingest_text(settings: Settings, text: str, *, producer: str, origin: str) -> None:
+    from ingest.canonical import decode
+
+    started = time.monotonic()
+    decoded = decode(text, producer=producer, observed_at=datetime.now(UTC), origin=origin)
+    if settings.cluster_mode:
+        from jobtrail.kafka_io import publish_sync
+        from schemas.dead_letters import DeadLetter
+
+        publish_sync(settings, decoded)
+        dead = [d for d in decoded if isinstance(d, DeadLetter)]
+        click.echo(f"produced {len(decoded) - len(dead)} events and {len(dead)} dead letters "
+                   f"to {settings.kafka} in {time.monotonic() - started:.2f} s")
+        _print_dead_letters(dead)
+        return
+    from jobtrail.app import embedded_runner
+
+    runner = embedded_runner(settings)
+    runner.submit(decoded)
+    result = runner.drain()
+    click.echo(_summary(result, started))
+    _print_dead_letters(result.dead_letters)
+
+
+@main.command()
+@click.argument("file", type=click.File("r"))
+@click.option("--producer", default="file", help="Producer name recorded on each event")
+@click.pass_context
+def ingest(ctx: click.Context, file: Any, producer: str) -> None:
+    """Ingest canonical events from FILE (JSON lines, a JSON array, or - for stdin)."""
+    _ingest_text(_settings(ctx), file.read(), producer=producer, origin=file.name)
+
+
+def _parse_when(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    from schemas.events import parse_time
+
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@main.command()
+@click.argument("job")
+@click.option("--project", required=True, help="Project the job belongs to (always required)")
+@click.option("--attempt", type=int, default=None)
+@click.option("--since", default=None, help="ISO time; only rows at or after it")
+@click.option("--until", default=None, help="ISO time; only rows at or before it")
+@click.option("--colour/--no-colour", "colour", default=None,
+              help="ANSI colours (default: when stdout is a terminal)")
+@click.option("--json", "as_json", is_flag=True, help="Rows as JSON lines")
+@click.pass_context
+def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, since: str | None,
+             until: str | None, colour: bool | None, as_json: bool) -> None:
+    """Show JOB's cross-system timeline, grouped by attempt."""
+    from jobtrail.app import open_store
+    from jobtrail.render import render
+
+    store = open_store(_settings(ctx))
+    rows = store.timeline(project, job, attempt=attempt, since=_parse_when(since),
+                          until=_parse_when(until))
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, default=str))
+        return
+    use_colour = sys.stdout.isatty() if colour is None else colour
+    click.echo(render(job, rows, store.attempts(project, job), colour=use_colour), nl=False)
+
+
+@main.command()
+@click.option("--colour/--no-colour", "colour", default=None)
+@click.pass_context
+def demo(ctx: click.Context, colour: bool | None) -> None:
+    """Load the bundled 64-node sample scenario (embedded) and show its timeline."""
+    from jobtrail import sample
+
+    settings = _settings(ctx).with_(kafka="")
+    click.echo(f"loading the sample scenario into {settings.dsn}")
+    _ingest_text(settings, sample.jsonl(), producer="sample", origin="sample")
+    ctx.invoke(timeline, job=sample.JOB, project=sample.PROJECT, attempt=None, since=None,
+               until=None, colour=colour, as_json=False)
+
+
+@main.command()
+@click.pass_context
+def sample_events(ctx: click.Context) -> None:
+    """Print the bundled sample scenario as JSON lines (to pipe into `ingest -`)."""
+    from jobtrail import sample
+
+    click.echo(sample.jsonl(), nl=False)
+
+
+@main.command()
+@click.option("--host", default=None)
+@click.option("--port", type=int, default=None)
+@click.pass_context
+def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
+    """Run the HTTP API and the processors (embedded, or cluster mode with JOBTRAIL_KAFKA)."""
+    from jobtrail.http import serve as run_server
+
+    settings = _settings(ctx)
+    settings = settings.with_(http_host=host or settings.http_host,
+                              http_port=port or settings.http_port)
+    run_server(settings)
+
+
+@main.command()
+@click.option("--loglevel", default="warning")
+@click.pass_context
+def worker(ctx: click.Context, loglevel: str) -> None:
+    """Run the Faust stream worker (cluster mode; needs JOBTRAIL_KAFKA)."""
+    settings = _settings(ctx)
+    if not settings.cluster_mode:
+        raise click.UsageError("the worker needs a broker: set JOBTRAIL_KAFKA=host:port")
+    from processors.runtime.faust_app import run_worker
+
+    sys.argv = [sys.argv[0], "worker"]
+    run_worker(settings, loglevel)
+
+
+@main.command()
+@click.pass_context
+def migrate(ctx: click.Context) -> None:
+    """Apply the ClickHouse DDL (idempotent; also done at every start)."""
+    from jobtrail.app import open_store
+
+    settings = _settings(ctx)
+    click.echo(f"schema up to date on {settings.database}")
+    open_store(settings)
+
+
+@main.command("dead-letters")
+@click.option("--limit", type=int, default=50)
+@click.pass_context
+def dead_letters(ctx: click.Context, limit: int) -> None:
+    """List rejected inputs with stage, reason and field."""
+    from jobtrail.app import open_store
+
+    for row in open_store(_settings(ctx)).dead_letters(limit):
+        click.echo(json.dumps(row, default=str))
+
+
+@main.group()
+def schema() -> None:
+    """The canonical event model."""
+
+
+@schema.command("export")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Directory for one JSON Schema file per type plus the envelope")
+def schema_export(out: Path | None) -> None:
+    """Export JSON Schema so producers in any language can validate."""
+    from schemas.jsonschema import export
+
+    documents = export()
+    if out is None:
+        click.echo(json.dumps(documents["jobtrail-event.schema.json"], indent=2))
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for name, document in documents.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    click.echo(f"wrote {len(documents)} schema files to {out}")
+
+
+@schema.command("types")
+def schema_types() -> None:
+    """List the registered event types."""
+    from schemas.registry import REGISTRY
+
+    for name, entry in sorted(REGISTRY.items()):
+        click.echo(f"{name:<22} {entry.source.value:<10} {entry.doc}")
+
+
+@main.group()
+def dev() -> None:
+    """Development helpers."""
+
+
+@dev.group()
+def kafka() -> None:
+    """A real single-node KRaft broker on 127.0.0.1 (jars from Maven Central)."""
+
+
+_BROKER_DIR = Path("var/kafka")
+
+
+@kafka.command("fetch")
+def kafka_fetch() -> None:
+    """Resolve the broker jars with Maven into the cache."""
+    from jobtrail.dev import kafka as broker
+
+    click.echo(str(broker.fetch()))
+
+
+@kafka.command("start")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=_BROKER_DIR)
+def kafka_start(directory: Path) -> None:
+    """Start the broker; prints the bootstrap address (export it as JOBTRAIL_KAFKA)."""
+    from jobtrail.dev import kafka as broker
+
+    running = broker.load(directory)
+    if running and broker.alive(running):
+        click.echo(running.bootstrap)
+        return
+    click.echo(broker.start(directory).bootstrap)
+
+
+@kafka.command("stop")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=_BROKER_DIR)
+def kafka_stop(directory: Path) -> None:
+    """Stop the broker started from DIR (by pid)."""
+    from jobtrail.dev import kafka as broker
+
+    running = broker.load(directory)
+    if running:
+        broker.stop(running)
+    click.echo("stopped")
+
+
+@kafka.command("status")
+@click.option("--dir", "directory", type=click.Path(path_type=Path), default=_BROKER_DIR)
+def kafka_status(directory: Path) -> None:
+    from jobtrail.dev import kafka as broker
+
+    running = broker.load(directory)
+    if running and broker.alive(running):
+        click.echo(f"running pid {running.pid} on {running.bootstrap}")
+    else:
+        click.echo("not running")
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

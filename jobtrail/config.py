@@ -1,0 +1,90 @@
+"""Settings, injected: `Settings.from_env(environ)` reads `JOBTRAIL_*`; tests pass dicts.
+
+Embedded mode is the default: no broker, chDB under `JOBTRAIL_HOME` (default `./var`).
+Setting `JOBTRAIL_KAFKA` (bootstrap `host:port`) selects cluster mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+
+def _int(env: Mapping[str, str], key: str, default: int) -> int:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{key} must be an integer, got {raw!r}") from None
+
+
+def _float(env: Mapping[str, str], key: str, default: float) -> float:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{key} must be a number, got {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path = Path("var")
+    clickhouse_dsn: str = ""
+    """Empty means the embedded engine under `home/chdb`."""
+    database: str = "jobtrail"
+    kafka: str = ""
+    """Bootstrap servers; empty means embedded mode."""
+    topic_prefix: str = "jobtrail."
+    partitions: int = 1
+    app_id: str = "jobtrail-worker"
+    batch_size: int = 5000
+    batch_seconds: float = 0.5
+    attribution_slack_s: float = 30.0
+    http_host: str = "127.0.0.1"
+    http_port: int = 8080
+    api_tokens: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """token -> projects it may read; empty means the read API is open (local dev only)."""
+
+    @property
+    def cluster_mode(self) -> bool:
+        return bool(self.kafka)
+
+    @property
+    def dsn(self) -> str:
+        return self.clickhouse_dsn or f"chdb://{(self.home / 'chdb').resolve()}"
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}{name}"
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        tokens: dict[str, tuple[str, ...]] = {}
+        # JOBTRAIL_API_TOKENS="tok1=proj-a,proj-b;tok2=proj-c"
+        for entry in filter(None, (env.get("JOBTRAIL_API_TOKENS") or "").split(";")):
+            token, _, projects = entry.partition("=")
+            if not token or not projects:
+                raise ValueError("JOBTRAIL_API_TOKENS entries look like token=proj-a,proj-b")
+            tokens[token.strip()] = tuple(p.strip() for p in projects.split(",") if p.strip())
+        return cls(
+            home=Path(env.get("JOBTRAIL_HOME") or "var"),
+            clickhouse_dsn=env.get("JOBTRAIL_CLICKHOUSE", ""),
+            database=env.get("JOBTRAIL_DATABASE") or "jobtrail",
+            kafka=env.get("JOBTRAIL_KAFKA", ""),
+            topic_prefix=env.get("JOBTRAIL_TOPIC_PREFIX", "jobtrail."),
+            partitions=_int(env, "JOBTRAIL_PARTITIONS", 1),
+            app_id=env.get("JOBTRAIL_APP_ID") or "jobtrail-worker",
+            batch_size=_int(env, "JOBTRAIL_BATCH_SIZE", 5000),
+            batch_seconds=_float(env, "JOBTRAIL_BATCH_SECONDS", 0.5),
+            attribution_slack_s=_float(env, "JOBTRAIL_ATTRIBUTION_SLACK_S", 30.0),
+            http_host=env.get("JOBTRAIL_HTTP_HOST") or "127.0.0.1",
+            http_port=_int(env, "JOBTRAIL_HTTP_PORT", 8080),
+            api_tokens=tokens,
+        )

@@ -1,0 +1,208 @@
+"""HTTP API: ingest (single event, batch array or JSON lines) and timeline reads.
+
+Ingest answers 202 only once the records are durable: appended and fsynced to the embedded
+log, or acknowledged by the Kafka broker. The response lists every rejected record with its
+position, field and reason; rejected records are dead-lettered, never dropped.
+
+Reads are bound to a project. When `JOBTRAIL_API_TOKENS` is set, every request needs
+`Authorization: Bearer <token>` and a token reads only its own projects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from ingest.canonical import decode
+from jobtrail import telemetry
+from jobtrail.config import Settings
+from schemas.dead_letters import DeadLetter
+from schemas.events import parse_time
+
+log = logging.getLogger("jobtrail.http")
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
+BACKEND: web.AppKey[Any] = web.AppKey("backend", object)
+
+
+def _token_projects(request: web.Request) -> tuple[str, ...] | None:
+    """None when auth is off; raises 401 for a missing or unknown token."""
+    tokens = request.app[SETTINGS].api_tokens
+    if not tokens:
+        return None
+    header = request.headers.get("Authorization", "")
+    scheme, _, presented = header.partition(" ")
+    if scheme.lower() == "bearer" and presented:
+        for token, projects in tokens.items():
+            if hmac.compare_digest(token.encode(), presented.strip().encode()):
+                return projects
+    raise web.HTTPUnauthorized(text='{"error": "missing or unknown bearer token"}',
+                               content_type="application/json")
+
+
+class EmbeddedBackend:
+    """Embedded runtime behind the API: durable log append, background drain, chDB reads."""
+
+    def __init__(self, settings: Settings) -> None:
+        from jobtrail.app import embedded_runner, open_store
+
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chdb")
+        self.store = open_store(settings)
+        self.runner = embedded_runner(settings, self.store)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+
+    async def submit(self, records: list[Any]) -> None:
+        await self.call(self.runner.submit, records)
+        self._wake.set()
+
+    async def _drain_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+            self._wake.clear()
+            try:
+                await self.call(self.runner.drain)
+            except Exception:  # keep serving; the log keeps the records for the next drain
+                log.exception("embedded drain failed; will retry")
+                await asyncio.sleep(1.0)
+
+    async def start(self) -> None:
+        await self.call(self.runner.drain)
+        self._task = asyncio.create_task(self._drain_loop())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+        await self.call(self.runner.drain)
+
+
+class KafkaBackend:
+    """Cluster mode: ingest produces to Kafka; reads go to the ClickHouse server."""
+
+    def __init__(self, settings: Settings) -> None:
+        from jobtrail.app import open_store
+        from jobtrail.kafka_io import KafkaPublisher
+
+        self.settings = settings
+        self.executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="clickhouse")
+        self.store = open_store(settings)
+        self.publisher = KafkaPublisher(settings)
+
+    async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+
+    async def submit(self, records: list[Any]) -> None:
+        await self.publisher.publish(records)
+
+    async def start(self) -> None:
+        from jobtrail.kafka_io import ensure_topics
+
+        await ensure_topics(self.settings)
+        await self.publisher.start()
+
+    async def stop(self) -> None:
+        await self.publisher.stop()
+
+
+async def ingest_events(request: web.Request) -> web.Response:
+    _token_projects(request)
+    body = await request.read()
+    producer = request.headers.get("X-Jobtrail-Producer", "http")
+    decoded = decode(body, producer=producer[:128], observed_at=datetime.now(UTC),
+                     origin="body")
+    telemetry.emit("events_received", len(decoded), channel="http")
+    await request.app[BACKEND].submit(decoded)
+    rejected = [
+        {"ref": d.event_ref, "field": d.field, "reason": d.reason}
+        for d in decoded if isinstance(d, DeadLetter)
+    ]
+    return web.json_response(
+        {"accepted": len(decoded) - len(rejected), "dead_lettered": len(rejected),
+         "rejected": rejected},
+        status=202 if not rejected or len(rejected) < len(decoded) else 422)
+
+
+def _query_time(request: web.Request, key: str) -> datetime | None:
+    raw = request.query.get(key)
+    if not raw:
+        return None
+    try:
+        return parse_time(raw)
+    except ValueError as exc:
+        raise web.HTTPBadRequest(text=f'{{"error": "{key}: {exc}"}}',
+                                 content_type="application/json") from None
+
+
+async def job_timeline(request: web.Request) -> web.Response:
+    allowed = _token_projects(request)
+    project = request.query.get("project", "")
+    if not project:
+        raise web.HTTPBadRequest(text='{"error": "project is required"}',
+                                 content_type="application/json")
+    if allowed is not None and project not in allowed:
+        # same answer as an unknown job: do not reveal which projects exist
+        raise web.HTTPNotFound(text='{"error": "no such job"}', content_type="application/json")
+    attempt_raw = request.query.get("attempt")
+    try:
+        attempt = int(attempt_raw) if attempt_raw else None
+    except ValueError:
+        raise web.HTTPBadRequest(text='{"error": "attempt must be an integer"}',
+                                 content_type="application/json") from None
+    backend = request.app[BACKEND]
+    rows = await backend.call(backend.store.timeline, project, request.match_info["job_id"],
+                              attempt=attempt, since=_query_time(request, "since"),
+                              until=_query_time(request, "until"))
+    return web.json_response({"rows": rows}, dumps=_dumps)
+
+
+def _dumps(value: Any) -> str:
+    import json
+
+    return json.dumps(value, default=lambda v: v.isoformat() if isinstance(v, datetime) else str(v))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(text=telemetry.prometheus(), content_type="text/plain")
+
+
+def create_app(settings: Settings, backend: Any | None = None) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[SETTINGS] = settings
+
+    async def lifecycle(app: web.Application) -> Any:
+        app[BACKEND] = backend or (KafkaBackend(settings) if settings.cluster_mode
+                                   else EmbeddedBackend(settings))
+        await app[BACKEND].start()
+        yield
+        await app[BACKEND].stop()
+
+    app.cleanup_ctx.append(lifecycle)
+    app.router.add_post("/v1/events", ingest_events)
+    app.router.add_get("/v1/jobs/{job_id}/timeline", job_timeline)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+def serve(settings: Settings) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    web.run_app(create_app(settings), host=settings.http_host, port=settings.http_port,
+                print=lambda msg: log.info("%s", msg))

@@ -1,0 +1,315 @@
+"""ClickHouse access: migrations, idempotent writes and the product's read queries.
+
+One class for both backends: `chdb:///path` (embedded engine) and `http(s)://host:8123`
+(server), both through clickhouse-connect. Every read binds the project as a server-side
+parameter (`{project:String}`); no user input is ever formatted into SQL.
+
+Write order matters for "nothing lost": derived rows (timeline, attempts) go first and the
+canonical events last, because the sink treats "id already in `events`" as "fully processed".
+A crash between the two leaves derived rows that the replay writes again; ReplacingMergeTree
+collapses them and every read uses FINAL.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any, TypeVar
+
+import clickhouse_connect
+from clickhouse_connect.driver.exceptions import ClickHouseError
+
+from processors.attempts import Attempt
+from processors.pipeline import Outputs
+from processors.timeline import TimelineRow
+from schemas.dead_letters import DeadLetter
+from schemas.events import Event
+
+T = TypeVar("T")
+
+EVENT_COLUMNS = [
+    "id", "schema_version", "type", "source", "time", "observed_at", "severity", "project",
+    "cluster", "job_id", "attempt", "scope", "entity", "node", "message", "attributes",
+    "producer",
+]
+TIMELINE_COLUMNS = [
+    "project", "job_id", "attempt", "time", "event_id", "cluster", "source", "type", "severity",
+    "relation", "entity", "link_path", "scope", "node", "message", "attributes",
+]
+ATTEMPT_COLUMNS = [
+    "project", "cluster", "job_id", "attempt", "state", "outcome", "user", "queue", "priority",
+    "submitted_at", "started_at", "ended_at", "queue_wait_s", "pending_reasons", "pending_times",
+    "exit_code", "end_reason", "nodes", "gpus", "gpu_ids", "ranks", "image", "code_version",
+    "data_version", "config_hash", "mounts", "checkpoint_dir", "source_event_ids", "version",
+]
+DEAD_LETTER_COLUMNS = [
+    "id", "received_at", "stage", "reason", "field", "producer", "event_ref", "payload",
+]
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+class StoreUnavailable(RuntimeError):
+    """ClickHouse did not acknowledge a write within the retry budget."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 8
+    first_delay_s: float = 0.2
+    max_delay_s: float = 10.0
+
+    def run(self, action: Callable[[], T], *, sleep: Callable[[float], None] = time.sleep) -> T:
+        """Run `action`, retrying ClickHouse/connection errors with capped exponential backoff."""
+        delay = self.first_delay_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return action()
+            except (ClickHouseError, OSError) as exc:
+                if attempt == self.attempts:
+                    raise StoreUnavailable(f"gave up after {attempt} tries: {exc}") from exc
+                sleep(delay)
+                delay = min(delay * 2, self.max_delay_s)
+        raise AssertionError("unreachable")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def event_row(e: Event) -> list[Any]:
+    return [
+        e.id, e.schema_version, e.type, e.source.value, e.time, e.observed_at or e.time,
+        e.severity.value, e.project, e.cluster, e.job_id or "", e.attempt or 0,
+        e.scope.value if e.scope else "", e.entity or "", e.node or "", e.message,
+        _json(e.attributes), e.producer,
+    ]
+
+
+def timeline_row(r: TimelineRow) -> list[Any]:
+    e = r.event
+    return [
+        r.project, r.job_id, r.attempt, e.time, e.id, e.cluster, e.source.value, e.type,
+        e.severity.value, r.relation, r.entity, r.link_path, e.scope.value if e.scope else "",
+        e.node or "", e.message, _json(e.attributes),
+    ]
+
+
+def attempt_row(a: Attempt) -> list[Any]:
+    return [
+        a.project, a.cluster, a.job_id, a.attempt, a.state, a.outcome, a.user, a.queue,
+        a.priority, a.submitted_at, a.started_at, a.ended_at, a.queue_wait_s,
+        [reason for _, reason in a.pending], [t for t, _ in a.pending], a.exit_code,
+        a.end_reason, list(a.nodes), a.gpus, list(a.gpu_ids), dict(a.ranks), a.image,
+        a.code_version, a.data_version, a.config_hash, list(a.mounts), a.checkpoint_dir,
+        sorted(a.applied), a.version,
+    ]
+
+
+def dead_letter_row(d: DeadLetter) -> list[Any]:
+    return [d.id, d.received_at, d.stage, d.reason, d.field, d.producer, d.event_ref, d.payload]
+
+
+def attempt_from_row(row: dict[str, Any]) -> Attempt:
+    return Attempt(
+        project=row["project"], cluster=row["cluster"], job_id=row["job_id"],
+        attempt=int(row["attempt"]), outcome=row["outcome"], user=row["user"],
+        queue=row["queue"], priority=row["priority"], submitted_at=_utc(row["submitted_at"]),
+        started_at=_utc(row["started_at"]), ended_at=_utc(row["ended_at"]),
+        pending=tuple(zip((t if t.tzinfo else t.replace(tzinfo=UTC)
+                           for t in row["pending_times"]), row["pending_reasons"], strict=True)),
+        exit_code=row["exit_code"], end_reason=row["end_reason"], nodes=tuple(row["nodes"]),
+        gpus=int(row["gpus"]), gpu_ids=tuple(row["gpu_ids"]),
+        ranks=tuple(sorted(dict(row["ranks"]).items())), image=row["image"],
+        code_version=row["code_version"], data_version=row["data_version"],
+        config_hash=row["config_hash"], mounts=tuple(row["mounts"]),
+        checkpoint_dir=row["checkpoint_dir"], applied=frozenset(row["source_event_ids"]),
+    )
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, name, sql) of every DDL file in schemas/clickhouse, in order."""
+    out = []
+    for entry in resources.files("schemas").joinpath("clickhouse").iterdir():
+        match = re.match(r"^(\d{4})_(\w+)\.sql$", entry.name)
+        if match:
+            out.append((int(match.group(1)), match.group(2), entry.read_text()))
+    return sorted(out)
+
+
+def _statements(sql: str) -> list[str]:
+    body = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--"))
+    return [s.strip() for s in body.split(";") if s.strip()]
+
+
+class Store:
+    def __init__(self, client: Any, database: str, retry: RetryPolicy | None = None) -> None:
+        self.client = client
+        self.database = database
+        self.retry = retry or RetryPolicy()
+
+    @classmethod
+    def connect(cls, dsn: str, database: str = "jobtrail",
+                retry: RetryPolicy | None = None) -> Store:
+        if not _IDENT.match(database):
+            raise ValueError(f"database name {database!r} is not a plain identifier")
+        bootstrap = clickhouse_connect.get_client(dsn=dsn)
+        # identifiers cannot be bound as parameters; the name is validated above
+        bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+        if dsn.startswith("chdb:"):
+            client = bootstrap
+            client.database = database
+        else:
+            client = clickhouse_connect.get_client(dsn=dsn, database=database)
+        return cls(client, database, retry)
+
+    # --- schema ---------------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        """Apply DDL files not yet recorded; safe to run at every start."""
+        self.client.command(
+            f"CREATE TABLE IF NOT EXISTS {self.database}.schema_migrations "
+            "(version UInt32, name String, applied_at DateTime64(3, 'UTC')) "
+            "ENGINE = ReplacingMergeTree ORDER BY version"
+        )
+        done = {r[0] for r in self._q("SELECT version FROM schema_migrations FINAL").result_rows}
+        applied = []
+        for version, name, sql in migrations():
+            if version in done:
+                continue
+            for statement in _statements(sql):
+                self.client.command(statement)
+            self.client.insert(f"{self.database}.schema_migrations",
+                               [[version, name, datetime.now(UTC)]],
+                               column_names=["version", "name", "applied_at"])
+            applied.append(version)
+        return applied
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def _insert(self, table: str, rows: list[list[Any]], columns: list[str],
+                token: str | None) -> None:
+        if not rows:
+            return
+        settings = {"insert_deduplication_token": f"{token}/{table}"} if token else None
+        self.retry.run(lambda: self.client.insert(
+            f"{self.database}.{table}", rows, column_names=columns, settings=settings))
+
+    def stored_ids(self, events: Sequence[Event]) -> set[str]:
+        """Which of these event ids are already in `events` (narrowed by cluster and time)."""
+        if not events:
+            return set()
+        clusters = sorted({e.cluster for e in events})
+        ids = [e.id for e in events]
+        result = self.retry.run(lambda: self._q(
+            "SELECT id FROM events WHERE cluster IN {clusters:Array(String)} "
+            "AND time >= {lo:DateTime64(3, 'UTC')} AND time <= {hi:DateTime64(3, 'UTC')} "
+            "AND id IN {ids:Array(String)}",
+            clusters=clusters, lo=min(e.time for e in events), hi=max(e.time for e in events),
+            ids=ids))
+        return {r[0] for r in result.result_rows}
+
+    def stored_dead_letter_ids(self, ids: Sequence[str]) -> set[str]:
+        if not ids:
+            return set()
+        result = self.retry.run(lambda: self._q(
+            "SELECT id FROM dead_letters WHERE id IN {ids:Array(String)}", ids=list(ids)))
+        return {r[0] for r in result.result_rows}
+
+    def write(self, outputs: Outputs, dead_letters: Sequence[DeadLetter] = (),
+              token: str | None = None) -> None:
+        """Write a processed batch; `token` makes a retried identical batch a no-op."""
+        self._insert("dead_letters", [dead_letter_row(d) for d in dead_letters],
+                     DEAD_LETTER_COLUMNS, token)
+        self._insert("job_timeline", [timeline_row(r) for r in outputs.timeline],
+                     TIMELINE_COLUMNS, token)
+        self._insert("job_attempts", [attempt_row(a) for a in outputs.attempts],
+                     ATTEMPT_COLUMNS, token)
+        self._insert("events", [event_row(e) for e in outputs.events], EVENT_COLUMNS, token)
+
+    def write_dead_letters(self, dead_letters: Sequence[DeadLetter],
+                           token: str | None = None) -> int:
+        """Store dead letters not stored yet (redelivery-safe); returns how many were new."""
+        known = self.stored_dead_letter_ids([d.id for d in dead_letters])
+        fresh = {d.id: d for d in dead_letters if d.id not in known}
+        self._insert("dead_letters", [dead_letter_row(d) for d in fresh.values()],
+                     DEAD_LETTER_COLUMNS, token)
+        return len(fresh)
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def _q(self, sql: str, **parameters: Any) -> Any:
+        return self.client.query(sql, parameters=parameters)
+
+    def _dicts(self, sql: str, **parameters: Any) -> list[dict[str, Any]]:
+        result = self._q(sql, **parameters)
+        names = result.column_names
+        return [
+            {k: _utc(v) if isinstance(v, datetime) else v for k, v in zip(names, row, strict=True)}
+            for row in result.result_rows
+        ]
+
+    def load_attempts(self) -> list[Attempt]:
+        """Every attempt's current row, to rebuild processor state on start."""
+        rows = self._dicts(f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM job_attempts FINAL")
+        return [attempt_from_row(r) for r in rows]
+
+    def attempts(self, project: str, job_id: str) -> list[Attempt]:
+        rows = self._dicts(
+            f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM job_attempts FINAL "
+            "WHERE project = {project:String} AND job_id = {job_id:String} ORDER BY attempt",
+            project=project, job_id=job_id)
+        return [attempt_from_row(r) for r in rows]
+
+    def timeline(self, project: str, job_id: str, *, attempt: int | None = None,
+                 since: datetime | None = None, until: datetime | None = None,
+                 limit: int = 10_000) -> list[dict[str, Any]]:
+        """The job's cross-system timeline, oldest first, bound to the caller's project."""
+        return self._dicts(
+            "SELECT time, attempt, event_id, source, type, severity, relation, entity, "
+            "link_path, scope, node, message, attributes FROM job_timeline FINAL "
+            "WHERE project = {project:String} AND job_id = {job_id:String} "
+            "AND ({attempt:Int64} < 0 OR attempt = {attempt:Int64}) "
+            "AND time >= {since:DateTime64(3, 'UTC')} AND time <= {until:DateTime64(3, 'UTC')} "
+            "ORDER BY time, event_id, attempt LIMIT {limit:UInt32}",
+            project=project, job_id=job_id, attempt=-1 if attempt is None else attempt,
+            since=since or datetime(1970, 1, 1, tzinfo=UTC),
+            until=until or datetime(2200, 1, 1, tzinfo=UTC), limit=limit)
+
+    def dead_letters(self, limit: int = 1000) -> list[dict[str, Any]]:
+        return self._dicts(
+            "SELECT received_at, stage, reason, field, producer, event_ref, payload "
+            "FROM dead_letters FINAL ORDER BY received_at, id LIMIT {limit:UInt32}", limit=limit)
+
+    def count(self, table: str, *, final: bool = True) -> int:
+        """Row count of one of our tables (operational checks and tests)."""
+        if table not in {"events", "job_timeline", "job_attempts", "dead_letters"}:
+            raise ValueError(f"unknown table {table!r}")
+        suffix = " FINAL" if final else ""
+        return int(self._q(f"SELECT count() FROM {table}{suffix}").result_rows[0][0])
+
+    def duplicate_ids(self) -> int:
+        """Event ids stored more than once in the raw table (should always be 0)."""
+        sql = "SELECT count() FROM (SELECT id FROM events GROUP BY id HAVING count() > 1)"
+        return int(self._q(sql).result_rows[0][0])
+
+    def close(self) -> None:
+        close: Callable[[], None] | None = getattr(self.client, "close", None)
+        if close is not None and not self.client.__class__.__name__.startswith("Chdb"):
+            close()
+
+
+def iter_chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]

@@ -1,0 +1,51 @@
+"""Typed internal events: one `emit()` gives the log line and the counter.
+
+Metric names are stable and documented in docs/operations.md. Counters are process-local
+and exposed at `/metrics` by `jobtrail serve` in Prometheus text format.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from threading import Lock
+
+log = logging.getLogger("jobtrail")
+
+METRICS = {
+    "events_received": "Records received by ingest (HTTP, file, Kafka)",
+    "events_stored": "Canonical events newly stored in ClickHouse",
+    "events_duplicate": "Redelivered events dropped because their id was already stored",
+    "events_dead_lettered": "Inputs sent to the dead-letter path, by stage",
+    "store_retries": "ClickHouse writes retried after an error",
+}
+
+_counters: Counter[tuple[str, str]] = Counter()
+_lock = Lock()
+
+
+def emit(name: str, value: int = 1, **labels: str) -> None:
+    if name not in METRICS:
+        raise KeyError(f"undocumented metric {name!r}")
+    if not value:
+        return
+    label = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    with _lock:
+        _counters[(name, label)] += value
+    log.debug("%s %s +%d", name, label, value)
+
+
+def snapshot() -> dict[tuple[str, str], int]:
+    with _lock:
+        return dict(_counters)
+
+
+def prometheus() -> str:
+    lines = []
+    for name, doc in METRICS.items():
+        lines.append(f"# HELP jobtrail_{name}_total {doc}")
+        lines.append(f"# TYPE jobtrail_{name}_total counter")
+    for (name, label), value in sorted(snapshot().items()):
+        lines.append(f"jobtrail_{name}_total{{{label}}} {value}" if label
+                     else f"jobtrail_{name}_total {value}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Pure processors: state + event -> new state + outputs. Runtimes live in `runtime/`."""

@@ -1,0 +1,132 @@
+"""The cluster runtime: a Faust worker on `jobtrail.events` and `jobtrail.dlq`.
+
+An agent is a thin shell: take a batch, decode, hand it to the shared `Sink` (in a single
+worker thread, because the ClickHouse client is blocking), and only then let Faust ack the
+batch. Faust commits offsets of acked events, so a SIGKILL replays at most the uncommitted
+tail, which the sink drops by id.
+
+Two Faust caveats shape this (see ../shared/notes/stack.md): agents keep `concurrency=1`
+(higher can commit past an in-flight message), and `take_events` acks its buffer in a
+`finally`, even when the body raised. So a write that still fails after the retry budget
+must not raise into Faust: the worker logs and exits the process without acking, and the
+restarted worker replays from the last committed offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import faust
+
+from jobtrail.app import build_sink, open_store
+from jobtrail.config import Settings
+from jobtrail.store import StoreUnavailable
+from schemas.dead_letters import DeadLetter
+
+log = logging.getLogger("jobtrail.worker")
+
+EXIT_STORE_UNAVAILABLE = 70
+
+
+def _token(events: list[Any]) -> str:
+    """Kafka offsets are unique per topic-partition: a retried batch gets the same token."""
+    first, last = events[0].message, events[-1].message
+    return f"{first.topic}-{first.partition}-{first.offset}-{last.offset}"
+
+
+def create_app(settings: Settings) -> faust.App:
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{settings.kafka}",
+        store="memory://",
+        value_serializer="raw",
+        key_serializer="raw",
+        topic_partitions=settings.partitions,
+        topic_replication_factor=1,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_interval=1.0,
+        broker_max_poll_records=settings.batch_size,
+        stream_buffer_maxsize=max(4096, settings.batch_size * 2),
+        web_enabled=False,
+        producer_acks=-1,
+    )
+    events_topic = app.topic(settings.topic("events"), value_serializer="raw")
+    dlq_topic = app.topic(settings.topic("dlq"), value_serializer="raw")
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clickhouse")
+    state: dict[str, Any] = {}
+
+    def sink() -> Any:
+        if "sink" not in state:
+            state["sink"] = build_sink(settings, open_store(settings))
+        return state["sink"]
+
+    async def run(fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+
+    def fatal(exc: BaseException) -> None:
+        log.critical("ClickHouse unavailable past the retry budget, exiting without commit: %s",
+                     exc)
+        logging.shutdown()
+        os._exit(EXIT_STORE_UNAVAILABLE)
+
+    @app.agent(events_topic, concurrency=1)  # type: ignore[untyped-decorator]
+    async def process_events(stream: Any) -> None:
+        await run(sink)
+        async for batch in stream.take_events(settings.batch_size, within=settings.batch_seconds):
+            positions = [f"{e.message.topic}/{e.message.partition}@{e.message.offset}"
+                         for e in batch]
+            try:
+                events, dead = await run(sink().decode, [e.value for e in batch], positions)
+                if dead:
+                    # the dlq agent is the one writer of dead_letters; wait for the broker
+                    # to acknowledge before this batch is acked
+                    for letter in dead:
+                        fut = await dlq_topic.send(key=b"process",
+                                                   value=letter.model_dump_json().encode())
+                        await fut
+                await run(sink().handle, events, (), _token(list(batch)))
+            except StoreUnavailable as exc:
+                fatal(exc)
+
+    @app.agent(dlq_topic, concurrency=1)  # type: ignore[untyped-decorator]
+    async def store_dead_letters(stream: Any) -> None:
+        await run(sink)
+        async for batch in stream.take_events(1000, within=settings.batch_seconds):
+            letters = []
+            for e in batch:
+                try:
+                    letters.append(DeadLetter.model_validate_json(e.value))
+                except ValueError as exc:
+                    # a foreign record on our DLQ topic is itself kept, not dropped
+                    letters.append(DeadLetter(
+                        id=DeadLetter.make_id("dlq.decode", repr(e.value)[:10000], ""),
+                        stage="dlq.decode", reason=f"not a dead letter: {exc}"[:500],
+                        payload=repr(e.value)[:10000], event_ref=f"dlq@{e.message.offset}",
+                        received_at=_ts(e.message.timestamp or 0.0)))
+            try:
+                await run(sink().store.write_dead_letters, letters, _token(list(batch)))
+            except StoreUnavailable as exc:
+                fatal(exc)
+
+    return app
+
+
+def _ts(seconds: float) -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def run_worker(settings: Settings, loglevel: str = "warning") -> None:
+    """Run the worker until stopped (blocks); topics are created first."""
+    from jobtrail.kafka_io import ensure_topics
+
+    asyncio.run(ensure_topics(settings))
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    app = create_app(settings)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    worker.execute_from_commandline()

@@ -1,0 +1,1 @@
+"""Canonical event model, event-type registry and ClickHouse DDL."""

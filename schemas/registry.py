@@ -1,0 +1,245 @@
+"""The closed registry of event types and their attribute models.
+
+This is the one place adapters, processors and dashboards agree on what a `type` means.
+Each attribute model allows extra keys (kept, not dropped) but types the keys it names, so
+`job.failed` with `exit_code: "oops"` is rejected with the field named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.events import Source
+
+
+class Attributes(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class NoAttributes(Attributes):
+    pass
+
+
+# --- scheduler -------------------------------------------------------------------------
+
+
+class JobSubmitted(Attributes):
+    user: str | None = None
+    queue: str | None = None
+    priority: int | None = None
+    image: str | None = None
+    code_version: str | None = None
+    data_version: str | None = None
+    config_hash: str | None = None
+    gpus: int | None = Field(default=None, ge=0)
+    nodes_requested: int | None = Field(default=None, ge=0)
+    mounts: list[str] = Field(default_factory=list)
+    checkpoint_dir: str | None = None
+
+
+class JobPending(Attributes):
+    reason: str
+
+
+class JobStarted(Attributes):
+    nodes: list[str] = Field(default_factory=list)
+    gpus: int | None = Field(default=None, ge=0)
+    gpu_ids: list[str] = Field(default_factory=list)
+    # rank -> node; JSON object keys are strings, so ranks are strings here
+    ranks: dict[str, str] = Field(default_factory=dict)
+    image: str | None = None
+    code_version: str | None = None
+    data_version: str | None = None
+    mounts: list[str] = Field(default_factory=list)
+
+
+class JobEnded(Attributes):
+    """Shared by the scheduler's terminal types: completed, failed, cancelled, timeout."""
+
+    exit_code: int | None = None
+    reason: str | None = None
+    failed_ranks: list[int] = Field(default_factory=list)
+    failed_nodes: list[str] = Field(default_factory=list)
+    step: int | None = Field(default=None, ge=0)
+
+
+class JobRequeued(Attributes):
+    reason: str | None = None
+    next_attempt: int | None = Field(default=None, ge=0)
+
+
+class JobPreempted(Attributes):
+    reason: str | None = None
+    by_job: str | None = None
+
+
+# --- job (what the training process says) ----------------------------------------------
+
+
+class JobStep(Attributes):
+    step: int = Field(ge=0)
+    step_time_s: float | None = Field(default=None, ge=0)
+    samples_per_s: float | None = Field(default=None, ge=0)
+    loss: float | None = None
+
+
+class WorkerExited(Attributes):
+    rank: int | None = Field(default=None, ge=0)
+    exit_code: int | None = None
+    signal: str | None = None
+    root_cause: bool | None = None
+
+
+class CheckpointSaved(Attributes):
+    step: int = Field(ge=0)
+    path: str
+    model_version: str | None = None
+    data_version: str | None = None
+    duration_s: float | None = Field(default=None, ge=0)
+    size_bytes: int | None = Field(default=None, ge=0)
+
+
+class CheckpointFailed(Attributes):
+    step: int | None = Field(default=None, ge=0)
+    path: str | None = None
+    reason: str
+
+
+class CheckpointRestored(Attributes):
+    step: int = Field(ge=0)
+    path: str | None = None
+
+
+class NcclTimeout(Attributes):
+    rank: int | None = Field(default=None, ge=0)
+    seq_num: int | None = None
+    op_type: str | None = None
+    timeout_ms: int | None = Field(default=None, ge=0)
+
+
+class NcclError(Attributes):
+    rank: int | None = Field(default=None, ge=0)
+    error: str | None = None
+    device: str | None = None
+
+
+# --- network / storage / node / change -------------------------------------------------
+
+
+class PortState(Attributes):
+    switch: str | None = None
+    port: str | None = None
+    peer: str | None = None
+
+
+class LinkErrors(Attributes):
+    switch: str | None = None
+    port: str | None = None
+    counter: str | None = None
+    value: float | None = None
+
+
+class StorageLatency(Attributes):
+    filesystem: str | None = None
+    target: str | None = None
+    latency_ms: float = Field(ge=0)
+    op: str | None = None
+
+
+class StorageCapacity(Attributes):
+    filesystem: str | None = None
+    target: str | None = None
+    used_pct: float = Field(ge=0, le=100)
+
+
+class StorageIoError(Attributes):
+    filesystem: str | None = None
+    target: str | None = None
+    error: str | None = None
+
+
+class NodeXid(Attributes):
+    xid: int = Field(ge=0)
+    gpu: str | None = None
+    pci: str | None = None
+    detail: str | None = None
+
+
+class NodeEcc(Attributes):
+    gpu: str | None = None
+    kind: str | None = None  # "sbe" / "dbe"
+    count: int | None = Field(default=None, ge=0)
+
+
+class NodeReason(Attributes):
+    reason: str | None = None
+
+
+class ChangeApplied(Attributes):
+    kind: str  # driver, firmware, image, scheduler_policy, switch_config, ...
+    before: str | None = None
+    after: str | None = None
+    ticket: str | None = None
+
+
+class OperatorNote(Attributes):
+    author: str | None = None
+
+
+@dataclass(frozen=True)
+class EventType:
+    name: str
+    source: Source
+    attributes: type[Attributes]
+    job_scoped: bool = False
+    """True when the event is meaningless without a job id (validated at ingest)."""
+    doc: str = ""
+
+
+_TYPES = [
+    EventType("job.submitted", Source.scheduler, JobSubmitted, True, "Job accepted"),
+    EventType("job.pending", Source.scheduler, JobPending, True, "Job waits; reason explains why"),
+    EventType("job.started", Source.scheduler, JobStarted, True, "Attempt placed on nodes"),
+    EventType("job.requeued", Source.scheduler, JobRequeued, True, "Attempt ended, job requeued"),
+    EventType("job.preempted", Source.scheduler, JobPreempted, True, "Attempt preempted"),
+    EventType("job.completed", Source.scheduler, JobEnded, True, "Attempt finished successfully"),
+    EventType("job.failed", Source.scheduler, JobEnded, True, "Attempt failed"),
+    EventType("job.cancelled", Source.scheduler, JobEnded, True, "Attempt cancelled"),
+    EventType("job.timeout", Source.scheduler, JobEnded, True, "Attempt hit its time limit"),
+    EventType("job.step", Source.job, JobStep, True, "Training progress"),
+    EventType("job.worker_exited", Source.job, WorkerExited, True, "A rank's process exited"),
+    EventType("job.oom", Source.job, WorkerExited, True, "CUDA or host out of memory"),
+    EventType("checkpoint.saved", Source.job, CheckpointSaved, True, "Checkpoint written"),
+    EventType("checkpoint.failed", Source.job, CheckpointFailed, True, "Checkpoint write failed"),
+    EventType("checkpoint.restored", Source.job, CheckpointRestored, True, "Checkpoint loaded"),
+    EventType("comm.nccl_timeout", Source.job, NcclTimeout, True, "NCCL watchdog timeout"),
+    EventType("comm.nccl_error", Source.job, NcclError, True, "NCCL error"),
+    EventType("network.port_down", Source.network, PortState, doc="Switch or NIC port down"),
+    EventType("network.port_up", Source.network, PortState, doc="Switch or NIC port up"),
+    EventType("network.link_errors", Source.network, LinkErrors, doc="Link error counters"),
+    EventType("storage.latency", Source.storage, StorageLatency, doc="I/O latency observed"),
+    EventType("storage.capacity", Source.storage, StorageCapacity, doc="Fill level"),
+    EventType("storage.io_error", Source.storage, StorageIoError, doc="I/O error"),
+    EventType("node.xid", Source.node, NodeXid, doc="NVIDIA Xid from the kernel log"),
+    EventType("node.ecc", Source.node, NodeEcc, doc="GPU ECC error"),
+    EventType("node.not_ready", Source.node, NodeReason, doc="Node not ready"),
+    EventType("node.ready", Source.node, NodeReason, doc="Node ready again"),
+    EventType("node.drained", Source.node, NodeReason, doc="Node drained by scheduler or ops"),
+    EventType("change.applied", Source.change, ChangeApplied, doc="Platform change applied"),
+    EventType("operator.note", Source.operator, OperatorNote, doc="Human note"),
+]
+
+REGISTRY: dict[str, EventType] = {t.name: t for t in _TYPES}
+
+
+def lookup(type_name: str) -> EventType | None:
+    return REGISTRY.get(type_name)
+
+
+def validate_attributes(event_type: EventType, attributes: dict[str, Any]) -> dict[str, Any]:
+    """Validate against the type's model; typed keys are normalised, extra keys kept."""
+    model = event_type.attributes.model_validate(attributes)
+    return model.model_dump(mode="json", exclude_none=True)
