@@ -180,6 +180,21 @@ def migrate(ctx: click.Context) -> None:
     open_store(settings)
 
 
+@main.command()
+@click.pass_context
+def stats(ctx: click.Context) -> None:
+    """Row counts per table (FINAL and raw) and duplicate event ids, as JSON."""
+    from jobtrail.app import open_store
+
+    store = open_store(_settings(ctx))
+    tables = ("events", "job_timeline", "job_attempts", "dead_letters")
+    click.echo(json.dumps({
+        "final": {t: store.count(t) for t in tables},
+        "raw": {t: store.count(t, final=False) for t in tables},
+        "duplicate_event_ids": store.duplicate_ids(),
+    }, sort_keys=True))
+
+
 @main.command("dead-letters")
 @click.option("--limit", type=int, default=50)
 @click.pass_context

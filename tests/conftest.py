@@ -1,0 +1,48 @@
+"""Shared fixtures: one chDB engine per test process, one database per test.
+
+chDB allows one engine path per process, so tests isolate by database name instead. The
+Kafka broker is real (jobtrail.dev.kafka); under CI=true a broker that cannot start fails
+the run instead of skipping, so "broker-backed tests ran" is never silently false.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from jobtrail.store import Store
+
+OBSERVED = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="session")
+def chdb_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("chdb")
+
+
+@pytest.fixture
+def store(chdb_path: Path) -> Iterator[Store]:
+    database = f"t_{uuid.uuid4().hex[:12]}"
+    s = Store.connect(f"chdb://{chdb_path}", database)
+    s.migrate()
+    yield s
+    s.client.command(f"DROP DATABASE IF EXISTS {database}")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from jobtrail.dev import kafka
+
+    try:
+        broker = kafka.start(tmp_path_factory.mktemp("kafka"))
+    except kafka.BrokerError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"the Kafka broker must run in CI: {exc}")
+        pytest.skip(f"no Kafka broker: {exc}")
+    yield broker.bootstrap
+    kafka.stop(broker)

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from processors.pipeline import Pipeline
+from schemas.events import Event, Scope, Source
+
+T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+
+
+def job_event(type_: str, minute: float, job: str, attempt: int = 1, **attrs: object) -> Event:
+    return Event(id=f"{job}-{type_}-{attempt}-{minute}", type=type_, source=Source.scheduler,
+                 time=T0 + timedelta(minutes=minute), project="p", cluster="c", job_id=job,
+                 attempt=attempt, attributes=attrs)
+
+
+def infra(id_: str, type_: str, minute: float, source: Source, scope: Scope, entity: str,
+          node: str | None = None, **attrs: object) -> Event:
+    return Event(id=id_, type=type_, source=source, time=T0 + timedelta(minutes=minute),
+                 cluster="c", scope=scope, entity=entity, node=node, attributes=attrs)
+
+
+def start_two_jobs(p: Pipeline) -> None:
+    p.process([
+        job_event("job.started", 0, "a", nodes=["n1", "n2"], mounts=["lustre:/a"]),
+        job_event("job.started", 0, "b", nodes=["n3"], mounts=["nfs:/b"]),
+        job_event("job.completed", 30, "b"),
+    ])
+
+
+def test_node_event_lands_only_on_jobs_using_the_node() -> None:
+    p = Pipeline()
+    start_two_jobs(p)
+    out = p.process([infra("x1", "node.xid", 10, Source.node, Scope.gpu, "n2/gpu1", "n2",
+                           xid=79)])
+    assert [(r.job_id, r.attempt, r.relation, r.entity, r.link_path) for r in out.timeline] == [
+        ("a", 1, "gpu", "n2/gpu1", "n2/gpu1 → n2")]
+
+
+def test_filesystem_event_reaches_every_job_mounting_it() -> None:
+    p = Pipeline()
+    start_two_jobs(p)
+    out = p.process([infra("s1", "storage.latency", 10, Source.storage, Scope.target,
+                           "lustre-OST7", filesystem="lustre", latency_ms=900.0)])
+    assert [(r.job_id, r.relation) for r in out.timeline] == [("a", "target")]
+
+
+def test_event_outside_membership_window_is_not_attributed() -> None:
+    p = Pipeline()
+    start_two_jobs(p)
+    late = p.process([infra("n9", "node.not_ready", 31, Source.node, Scope.node, "n3")])
+    assert late.timeline == []
+    within_slack = p.process([infra("n10", "node.not_ready", 30.3, Source.node, Scope.node,
+                                    "n3")])
+    assert [r.job_id for r in within_slack.timeline] == ["b"]
+
+
+def test_infra_event_before_start_in_the_same_batch_is_attributed() -> None:
+    p = Pipeline()
+    out = p.process([
+        infra("d1", "network.port_down", 1, Source.network, Scope.nic, "n1/mlx5_0", "n1"),
+        job_event("job.started", 0, "a", nodes=["n1"]),
+    ])
+    assert {(r.job_id, r.relation) for r in out.timeline} == {("a", "nic"), ("a", "self")}
+
+
+def test_job_event_without_attempt_uses_the_running_attempt() -> None:
+    p = Pipeline()
+    p.process([job_event("job.started", 0, "a", 1, nodes=["n1"]),
+               job_event("job.requeued", 10, "a", 1),
+               job_event("job.started", 12, "a", 2, nodes=["n1"])])
+    step = Event(id="st", type="job.step", source=Source.job, time=T0 + timedelta(minutes=15),
+                 project="p", cluster="c", job_id="a", attributes={"step": 5})
+    out = p.process([step])
+    assert [(r.attempt, r.relation) for r in out.timeline] == [(2, "self")]
