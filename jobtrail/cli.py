@@ -133,12 +133,28 @@ def demo(ctx: click.Context, colour: bool | None) -> None:
 
 
 @main.command()
+@click.option("--synthetic", type=int, default=0,
+              help="Instead of the scenario, N synthetic load records with fixed ids")
 @click.pass_context
-def sample_events(ctx: click.Context) -> None:
+def sample_events(ctx: click.Context, synthetic: int) -> None:
     """Print the bundled sample scenario as JSON lines (to pipe into `ingest -`)."""
     from jobtrail import sample
 
+    if synthetic:
+        for record in sample.synthetic(synthetic):
+            click.echo(json.dumps(record))
+        return
     click.echo(sample.jsonl(), nl=False)
+
+
+@main.command()
+@click.pass_context
+def drain(ctx: click.Context) -> None:
+    """Process what the embedded log still holds (e.g. after a crash)."""
+    from jobtrail.app import embedded_runner
+
+    started = time.monotonic()
+    click.echo(_summary(embedded_runner(_settings(ctx)).drain(), started))
 
 
 @main.command()

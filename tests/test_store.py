@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from clickhouse_connect.driver.exceptions import OperationalError
+
+from jobtrail.store import RetryPolicy, Store, StoreUnavailable, migrations
+from processors.pipeline import Pipeline
+from processors.runtime.sink import Sink
+from schemas.events import Event, Source
+
+T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+
+
+def step(project: str, job: str, n: int) -> Event:
+    return Event(id=f"{project}-{job}-{n}", type="job.step", source=Source.job,
+                 time=T0 + timedelta(seconds=n), project=project, cluster="c", job_id=job,
+                 attempt=1, attributes={"step": n})
+
+
+def test_migrations_are_idempotent(store: Store) -> None:
+    assert store.migrate() == []
+    versions = [v for v, _, _ in migrations()]
+    assert versions == sorted(versions) and versions[0] == 1
+
+
+def test_timeline_is_bound_to_the_project(store: Store) -> None:
+    sink = Sink(store, Pipeline())
+    sink.handle([step("alpha", "shared-name", i) for i in range(3)]
+                + [step("beta", "shared-name", i) for i in range(5)])
+    assert len(store.timeline("alpha", "shared-name")) == 3
+    assert len(store.timeline("beta", "shared-name")) == 5
+    assert store.timeline("gamma", "shared-name") == []
+    # user input is bound, never formatted: a quote is just a project name that matches nothing
+    assert store.timeline("alpha' OR '1'='1", "shared-name") == []
+
+
+def test_timeline_filters_attempt_and_time(store: Store) -> None:
+    Sink(store, Pipeline()).handle([step("p", "j", i) for i in range(10)])
+    rows = store.timeline("p", "j", since=T0 + timedelta(seconds=3),
+                          until=T0 + timedelta(seconds=5))
+    assert [r["time"] for r in rows] == [T0 + timedelta(seconds=s) for s in (3, 4, 5)]
+    assert store.timeline("p", "j", attempt=2) == []
+
+
+def test_redelivered_batch_is_not_stored_twice(store: Store) -> None:
+    sink = Sink(store, Pipeline())
+    batch = [step("p", "j", i) for i in range(50)]
+    first = sink.handle(batch + batch[:5])
+    second = sink.handle(batch)
+    assert (first.stored, first.duplicates) == (50, 5)
+    assert (second.stored, second.duplicates) == (0, 50)
+    assert store.count("events", final=False) == 50
+    assert store.count("job_timeline", final=False) == 50
+    assert store.duplicate_ids() == 0
+
+
+def test_state_survives_a_restart(store: Store) -> None:
+    started = Event(id="s1", type="job.started", source=Source.scheduler, time=T0, project="p",
+                    cluster="c", job_id="j", attempt=1, attributes={"nodes": ["n1"]})
+    Sink(store, Pipeline()).handle([started])
+    restarted = Sink(store, Pipeline())
+    assert restarted.restore() == 1
+    xid = Event(id="x1", type="node.xid", source=Source.node, time=T0 + timedelta(minutes=1),
+                cluster="c", scope="node", entity="n1", attributes={"xid": 79})
+    assert restarted.handle([xid]).timeline_rows == 1
+
+
+def test_retry_policy_backs_off_then_gives_up() -> None:
+    sleeps: list[float] = []
+    calls = {"n": 0}
+
+    def flaky() -> str:
+        calls["n"] += 1
+        if calls["n"] < 3:
+            raise OperationalError("connection refused")
+        return "ok"
+
+    policy = RetryPolicy(attempts=5, first_delay_s=0.1, max_delay_s=0.3)
+    assert policy.run(flaky, sleep=sleeps.append) == "ok"
+    assert sleeps == [0.1, 0.2]
+
+    def down() -> str:
+        raise OperationalError("connection refused")
+
+    sleeps.clear()
+    with pytest.raises(StoreUnavailable, match="gave up after 5 tries"):
+        policy.run(down, sleep=sleeps.append)
+    assert sleeps == [0.1, 0.2, 0.3, 0.3]
