@@ -9,6 +9,7 @@ it by pid. Tests, CI and `jobtrail dev kafka` all use this, so they run the same
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -119,7 +120,13 @@ def _ready(port: int) -> bool:
         finally:
             await admin.close()
 
-    return asyncio.run(probe())
+    quiet = logging.getLogger("aiokafka")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # refused connections are expected while it boots
+    try:
+        return asyncio.run(probe())
+    finally:
+        quiet.setLevel(level)
 
 
 def start(directory: Path, *, cache: Path | None = None, version: str = KAFKA_VERSION,
