@@ -44,6 +44,8 @@ class Settings:
     app_id: str = "jobtrail-worker"
     batch_size: int = 5000
     batch_seconds: float = 0.5
+    wire_batch: int = 500
+    """Events per Kafka message on jobtrail.events (1 = one event per message)."""
     attribution_slack_s: float = 30.0
     http_host: str = "127.0.0.1"
     http_port: int = 8080
@@ -83,6 +85,7 @@ class Settings:
             app_id=env.get("JOBTRAIL_APP_ID") or "jobtrail-worker",
             batch_size=_int(env, "JOBTRAIL_BATCH_SIZE", 5000),
             batch_seconds=_float(env, "JOBTRAIL_BATCH_SECONDS", 0.5),
+            wire_batch=max(1, _int(env, "JOBTRAIL_WIRE_BATCH", 500)),
             attribution_slack_s=_float(env, "JOBTRAIL_ATTRIBUTION_SLACK_S", 30.0),
             http_host=env.get("JOBTRAIL_HTTP_HOST") or "127.0.0.1",
             http_port=_int(env, "JOBTRAIL_HTTP_PORT", 8080),

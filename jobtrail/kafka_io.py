@@ -3,6 +3,10 @@
 Events are keyed by cluster (DESIGN §4) so one cluster's events stay in order on one
 partition; dead letters are keyed by producer. `publish` returns only after the broker
 acknowledged every record (acks=all), which is what lets ingest answer "accepted".
+
+A message on `jobtrail.events` holds one canonical event or several as JSON lines (same
+cluster, in order). Batching on the wire is what makes the Faust worker fast: its cost is
+per message, not per byte (measured in bench/e2e.py). Consumers accept both shapes.
 """
 
 from __future__ import annotations
@@ -50,16 +54,35 @@ class KafkaPublisher:
         events_topic = self.settings.topic("events")
         dlq_topic = self.settings.topic("dlq")
         futures = []
+        for cluster, value in batch_by_cluster(
+                [r for r in records if isinstance(r, Event)], self.settings.wire_batch):
+            futures.append(await self._producer.send(events_topic, value, key=cluster.encode()))
         for record in records:
-            if isinstance(record, Event):
-                futures.append(await self._producer.send(
-                    events_topic, record.to_json().encode(), key=record.cluster.encode()))
-            else:
+            if isinstance(record, DeadLetter):
                 futures.append(await self._producer.send(
                     dlq_topic, record.model_dump_json().encode(),
                     key=(record.producer or "unknown").encode()))
         if futures:
             await asyncio.gather(*futures)
+
+
+def batch_by_cluster(events: Sequence[Event], max_events: int,
+                     max_bytes: int = 512 * 1024) -> list[tuple[str, bytes]]:
+    """Group events into JSON-lines messages per cluster, keeping each cluster's order."""
+    open_batches: dict[str, list[bytes]] = {}
+    sizes: dict[str, int] = {}
+    out: list[tuple[str, bytes]] = []
+    for event in events:
+        line = event.to_json().encode()
+        batch = open_batches.setdefault(event.cluster, [])
+        if batch and (len(batch) >= max_events or sizes[event.cluster] + len(line) > max_bytes):
+            out.append((event.cluster, b"\n".join(batch)))
+            batch.clear()
+            sizes[event.cluster] = 0
+        batch.append(line)
+        sizes[event.cluster] = sizes.get(event.cluster, 0) + len(line) + 1
+    out.extend((cluster, b"\n".join(b)) for cluster, b in open_batches.items() if b)
+    return out
 
 
 def publish_sync(settings: Settings, records: Sequence[Event | DeadLetter]) -> None:

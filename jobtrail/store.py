@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError
+from pydantic_core import to_json
 
 from processors.attempts import Attempt
 from processors.pipeline import Outputs
@@ -104,6 +105,26 @@ def timeline_row(r: TimelineRow) -> list[Any]:
         e.severity.value, r.relation, r.entity, r.link_path, e.scope.value if e.scope else "",
         e.node or "", e.message, _json(e.attributes),
     ]
+
+
+_JSON_INSERT = {
+    "input_format_json_read_objects_as_strings": 1,
+    "date_time_input_format": "best_effort",
+    "input_format_null_as_default": 1,
+    "input_format_skip_unknown_fields": 1,
+}
+
+
+def timeline_json(r: TimelineRow) -> bytes:
+    e = r.event
+    # pydantic-core's serializer is ~3x faster than json.dumps here (hot path)
+    return to_json({
+        "project": r.project, "job_id": r.job_id, "attempt": r.attempt, "time": e.time,
+        "event_id": e.id, "cluster": e.cluster, "source": e.source, "type": e.type,
+        "severity": e.severity, "relation": r.relation, "entity": r.entity,
+        "link_path": r.link_path, "scope": e.scope or "", "node": e.node or "",
+        "message": e.message, "attributes": e.attributes,
+    }, fallback=str)
 
 
 def attempt_row(a: Attempt) -> list[Any]:
@@ -220,6 +241,19 @@ class Store:
             ids=ids))
         return {r[0] for r in result.result_rows}
 
+    def _insert_json(self, table: str, lines: list[bytes], token: str | None) -> None:
+        """JSONEachRow insert: ClickHouse parses in C++, several times faster than building
+        native blocks in Python. Objects land in String columns as JSON text."""
+        if not lines:
+            return
+        settings: dict[str, Any] = dict(_JSON_INSERT)
+        if token:
+            settings["insert_deduplication_token"] = f"{token}/{table}"
+        block = b"\n".join(lines)
+        self.retry.run(lambda: self.client.raw_insert(
+            f"{self.database}.{table}", insert_block=block, fmt="JSONEachRow",
+            settings=settings))
+
     def stored_dead_letter_ids(self, ids: Sequence[str]) -> set[str]:
         if not ids:
             return set()
@@ -232,11 +266,10 @@ class Store:
         """Write a processed batch; `token` makes a retried identical batch a no-op."""
         self._insert("dead_letters", [dead_letter_row(d) for d in dead_letters],
                      DEAD_LETTER_COLUMNS, token)
-        self._insert("job_timeline", [timeline_row(r) for r in outputs.timeline],
-                     TIMELINE_COLUMNS, token)
+        self._insert_json("job_timeline", [timeline_json(r) for r in outputs.timeline], token)
         self._insert("job_attempts", [attempt_row(a) for a in outputs.attempts],
                      ATTEMPT_COLUMNS, token)
-        self._insert("events", [event_row(e) for e in outputs.events], EVENT_COLUMNS, token)
+        self._insert_json("events", [e.to_json().encode() for e in outputs.events], token)
 
     def write_dead_letters(self, dead_letters: Sequence[DeadLetter],
                            token: str | None = None) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -79,7 +78,8 @@ def test_ingest_single_batch_and_lines_then_read_timeline(store: Store, tmp_path
         body = await rest.json()
         assert rest.status == 202 and body["dead_lettered"] == 1
         assert body["rejected"][0]["field"] == "attributes.step"
-        bad = await client.post("/v1/events", data='{"type": "job.step", "attributes": {"step": 1}}')
+        bad = await client.post("/v1/events",
+                                data='{"type": "job.step", "attributes": {"step": 1}}')
         assert bad.status == 422
         assert (await bad.json())["rejected"][0]["field"] == "job_id"
         tl = await client.get(f"/v1/jobs/{sample.JOB}/timeline",

@@ -76,11 +76,12 @@ def create_app(settings: Settings) -> faust.App:
     @app.agent(events_topic, concurrency=1)  # type: ignore[untyped-decorator]
     async def process_events(stream: Any) -> None:
         await run(sink)
-        async for batch in stream.take_events(settings.batch_size, within=settings.batch_seconds):
-            positions = [f"{e.message.topic}/{e.message.partition}@{e.message.offset}"
-                         for e in batch]
+        # a message carries one event or many as JSON lines; batch by messages
+        per_take = max(1, settings.batch_size // max(1, settings.wire_batch))
+        async for batch in stream.take_events(per_take, within=settings.batch_seconds):
+            values, positions = split_messages(batch)
             try:
-                events, dead = await run(sink().decode, [e.value for e in batch], positions)
+                events, dead = await run(sink().decode, values, positions)
                 if dead:
                     # the dlq agent is the one writer of dead_letters; wait for the broker
                     # to acknowledge before this batch is acked
@@ -113,6 +114,20 @@ def create_app(settings: Settings) -> faust.App:
                 fatal(exc)
 
     return app
+
+
+def split_messages(batch: list[Any]) -> tuple[list[bytes], list[str]]:
+    """JSON-lines message values -> one record per line, with `topic/partition@offset#line`."""
+    values: list[bytes] = []
+    positions: list[str] = []
+    for e in batch:
+        where = f"{e.message.topic}/{e.message.partition}@{e.message.offset}"
+        raw = e.value if isinstance(e.value, bytes) else str(e.value).encode()
+        lines = [line for line in raw.split(b"\n") if line.strip()] or [raw]
+        for number, line in enumerate(lines):
+            values.append(line)
+            positions.append(where if len(lines) == 1 else f"{where}#{number}")
+    return values, positions
 
 
 def _ts(seconds: float) -> Any:

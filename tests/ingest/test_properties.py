@@ -60,7 +60,8 @@ def test_any_json_batch_yields_one_result_per_record(batch: list[Any]) -> None:
 
 
 @given(st.lists(st.one_of(near_events, json_values), min_size=1, max_size=12))
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_pipeline_stores_or_dead_letters_everything(store: Store, batch: list[Any]) -> None:
     lines = "\n".join(json.dumps(item) for item in batch)
     results = decode(lines, producer="fuzz", observed_at=OBSERVED)

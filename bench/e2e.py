@@ -1,0 +1,205 @@
+"""End-to-end throughput: Kafka -> jobtrail worker -> ClickHouse, against a raw baseline.
+
+In one run, on one real broker and the same topic contents:
+- baseline: a plain aiokafka consumer that json-decodes each record and inserts it into the
+  same `events` table (no validation, no dedup, no processors);
+- worker: `jobtrail worker` (Faust, full decode/dedup/attempts/timeline path);
+- embedded: the embedded runner draining the same records from its file log into chDB.
+Each runs in its own process (chDB allows one engine per process). Printed: events/s of each
+and the ratio worker / baseline, the figure to compare across machines.
+
+    python -m bench.e2e --events 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def _records(n: int, wire_batch: int) -> list[bytes]:
+    """Message values exactly as ingest produces them (JSON lines, `wire_batch` per message)."""
+    from ingest.canonical import decode
+    from jobtrail import sample
+    from jobtrail.kafka_io import batch_by_cluster
+    from schemas.events import Event
+
+    text = "\n".join(json.dumps(r) for r in sample.synthetic(n))
+    decoded = decode(text, producer="bench", observed_at=datetime.now(UTC))
+    events = [d for d in decoded if isinstance(d, Event)]
+    return [value for _, value in batch_by_cluster(events, wire_batch)]
+
+
+def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20,
+                                    max_batch_size=1_048_576)
+        await producer.start()
+        try:
+            batch = []
+            for value in values:
+                batch.append(await producer.send(topic, value, key=b"cluster-a"))
+                if len(batch) >= 10_000:
+                    await asyncio.gather(*batch)
+                    batch = []
+            await asyncio.gather(*batch)
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+
+
+def baseline(bootstrap: str, topic: str, home: Path, n: int) -> dict[str, Any]:
+    """Consume with aiokafka, insert rows straight into `events`; commit after insert."""
+    from aiokafka import AIOKafkaConsumer
+
+    from jobtrail.store import EVENT_COLUMNS, Store
+    from schemas.events import parse_time
+
+    store = Store.connect(f"chdb://{home / 'chdb'}")
+    store.migrate()
+
+    def row(v: dict[str, Any]) -> list[Any]:
+        t = parse_time(v["time"])
+        return [v["id"], 1, v["type"], v["source"], t, parse_time(v.get("observed_at", t)),
+                v.get("severity", "info"), v.get("project", ""), v["cluster"],
+                v.get("job_id", ""), v.get("attempt", 0), v.get("scope", ""),
+                v.get("entity", ""), v.get("node", ""), v.get("message", ""),
+                json.dumps(v.get("attributes", {})), v.get("producer", "")]
+
+    async def run() -> dict[str, Any]:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id="baseline",
+                                    auto_offset_reset="earliest", enable_auto_commit=False,
+                                    max_poll_records=50)
+        await consumer.start()
+        done = 0
+        first: float | None = None
+        try:
+            deadline = time.monotonic() + 600
+            while done < n and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500, max_records=10)
+                rows = [row(json.loads(line)) for msgs in batches.values() for m in msgs
+                        for line in m.value.split(b"\n")]
+                if not rows:
+                    continue
+                first = first or time.monotonic()
+                store.client.insert("events", rows, column_names=EVENT_COLUMNS)
+                await consumer.commit()
+                done += len(rows)
+        finally:
+            await consumer.stop()
+        elapsed = time.monotonic() - (first or time.monotonic())
+        return {"events": done, "seconds": elapsed}
+
+    return asyncio.run(run())
+
+
+def embedded(home: Path, n: int) -> dict[str, Any]:
+    from ingest.canonical import decode
+    from jobtrail import sample
+    from jobtrail.app import embedded_runner
+    from jobtrail.config import Settings
+
+    runner = embedded_runner(Settings(home=home))
+    text = "\n".join(json.dumps(r) for r in sample.synthetic(n))
+    records = decode(text, producer="bench", observed_at=datetime.now(UTC))
+    started = time.monotonic()
+    runner.submit(records)
+    result = runner.drain()
+    return {"events": result.stored, "seconds": time.monotonic() - started}
+
+
+def _worker(bootstrap: str, prefix: str, home: Path, wire_batch: int) -> dict[str, Any]:
+    """Offsets count messages; the caller converts them to events."""
+    from tests.integration.kafka_helpers import Worker, lag
+
+    app_id = "bench-worker"
+    worker = Worker(bootstrap, home, prefix, app_id, batch_size=5000)
+    worker.env["JOBTRAIL_WIRE_BATCH"] = str(wire_batch)
+    worker.start()
+    topic = f"{prefix}events"
+    first_t: float | None = None
+    first_done = 0
+    deadline = time.monotonic() + 900
+    try:
+        while time.monotonic() < deadline:
+            done, end = lag(bootstrap, app_id, [topic])
+            now = time.monotonic()
+            if done and first_t is None:
+                first_t, first_done = now, done
+            if end and done >= end:
+                assert first_t is not None
+                return {"events": done - first_done, "seconds": max(now - first_t, 1e-9),
+                        "total": done}
+            if not worker.alive():
+                raise RuntimeError(worker.log.read_text()[-3000:])
+            time.sleep(0.1)
+        raise RuntimeError("worker did not finish in time")
+    finally:
+        worker.stop()
+
+
+def _child(kind: str, *args: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "bench.e2e", "--child", kind, *args],
+                         capture_output=True, text=True, cwd=HERE, timeout=1200, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{kind} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--wire-batch", type=int, default=500,
+                        help="events per Kafka message, as JOBTRAIL_WIRE_BATCH")
+    parser.add_argument("--child", default=None)
+    parser.add_argument("args", nargs="*")
+    opts = parser.parse_args()
+    if opts.child == "baseline":
+        bootstrap, topic, home = opts.args
+        print(json.dumps(baseline(bootstrap, topic, Path(home), opts.events)))
+        return
+    if opts.child == "embedded":
+        print(json.dumps(embedded(Path(opts.args[0]), opts.events)))
+        return
+
+    from jobtrail.dev import kafka
+
+    work = Path(tempfile.mkdtemp(prefix="jobtrail-bench-"))
+    broker = kafka.start(work / "kafka")
+    try:
+        prefix = "bench."
+        values = _records(opts.events, opts.wire_batch)
+        t = time.monotonic()
+        _produce(broker.bootstrap, f"{prefix}events", values)
+        print(f"produced {opts.events} events in {len(values)} messages in "
+              f"{time.monotonic() - t:.1f} s", flush=True)
+        base = _child("baseline", "--events", str(opts.events), broker.bootstrap,
+                      f"{prefix}events", str(work / "baseline"))
+        worker = _worker(broker.bootstrap, prefix, work / "worker", opts.wire_batch)
+        worker["events"] = worker["events"] * opts.events // max(1, worker["total"])
+        emb = _child("embedded", "--events", str(opts.events), str(work / "embedded"))
+    finally:
+        kafka.stop(broker)
+    rate = {k: v["events"] / v["seconds"] for k, v in
+            (("baseline", base), ("worker", worker), ("embedded", emb))}
+    print(json.dumps({"events": opts.events, "messages": len(values), "cores": os.cpu_count(), **{
+        f"{k}_events_per_s": round(v) for k, v in rate.items()},
+        "ratio_worker_to_baseline": round(rate["worker"] / rate["baseline"], 3)}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up from scratch and pass every check: lint, types, and all tests, including the ones
+# against a real Kafka broker (jars fetched from Maven Central, started by the test session).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need_apt=()
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need_apt[@]}"
+  else
+    echo "missing ${need_apt[*]}: install them (Debian: sudo apt-get install ${need_apt[*]})" >&2
+    exit 1
+  fi
+fi
+bash scripts/setup.sh
+V=${JOBTRAIL_VENV:-.venv}/bin
+"$V/jobtrail" dev kafka fetch
+"$V/ruff" check .
+"$V/mypy"
+"$V/python" -m pytest -p no:cacheprovider "$@"
