@@ -25,6 +25,7 @@ import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError
 from pydantic_core import to_json
 
+from jobtrail.telemetry import emit
 from processors.attempts import Attempt
 from processors.pipeline import Outputs
 from processors.timeline import TimelineRow
@@ -74,6 +75,7 @@ class RetryPolicy:
             except (ClickHouseError, OSError) as exc:
                 if attempt == self.attempts:
                     raise StoreUnavailable(f"gave up after {attempt} tries: {exc}") from exc
+                emit("store_retries")
                 sleep(delay)
                 delay = min(delay * 2, self.max_delay_s)
         raise AssertionError("unreachable")
