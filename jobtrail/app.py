@@ -9,6 +9,8 @@ from jobtrail.store import Store
 from processors.pipeline import Pipeline
 from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
 from processors.runtime.sink import Sink
+from processors.topology import Topology
+from schemas import topology as topology_file
 
 
 def open_store(settings: Settings) -> Store:
@@ -18,8 +20,16 @@ def open_store(settings: Settings) -> Store:
     return store
 
 
+def load_topology(settings: Settings) -> Topology:
+    if settings.topology_file is None:
+        return Topology()
+    return Topology.from_file(topology_file.load(settings.topology_file))
+
+
 def build_sink(settings: Settings, store: Store) -> Sink:
-    sink = Sink(store, Pipeline(timedelta(seconds=settings.attribution_slack_s)))
+    pipeline = Pipeline(timedelta(seconds=settings.attribution_slack_s),
+                        load_topology(settings), timedelta(seconds=settings.lateness_s))
+    sink = Sink(store, pipeline)
     sink.restore()
     return sink
 

@@ -47,6 +47,10 @@ class Settings:
     wire_batch: int = 500
     """Events per Kafka message on jobtrail.events (1 = one event per message)."""
     attribution_slack_s: float = 30.0
+    lateness_s: float = 600.0
+    """How far behind the newest event time an event may arrive and still be attributed to
+    an attempt that starts later."""
+    topology_file: Path | None = None
     http_host: str = "127.0.0.1"
     http_port: int = 8080
     api_tokens: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -87,6 +91,8 @@ class Settings:
             batch_seconds=_float(env, "JOBTRAIL_BATCH_SECONDS", 0.5),
             wire_batch=max(1, _int(env, "JOBTRAIL_WIRE_BATCH", 500)),
             attribution_slack_s=_float(env, "JOBTRAIL_ATTRIBUTION_SLACK_S", 30.0),
+            lateness_s=_float(env, "JOBTRAIL_LATENESS_S", 600.0),
+            topology_file=Path(env["JOBTRAIL_TOPOLOGY"]) if env.get("JOBTRAIL_TOPOLOGY") else None,
             http_host=env.get("JOBTRAIL_HTTP_HOST") or "127.0.0.1",
             http_port=_int(env, "JOBTRAIL_HTTP_PORT", 8080),
             api_tokens=tokens,

@@ -144,6 +144,14 @@ def dead_letter_row(d: DeadLetter) -> list[Any]:
     return [d.id, d.received_at, d.stage, d.reason, d.field, d.producer, d.event_ref, d.payload]
 
 
+def event_from_row(row: dict[str, Any]) -> Event:
+    data = {k: v for k, v in row.items() if v not in ("", None) or k in ("project", "message")}
+    data["attributes"] = json.loads(row["attributes"] or "{}")
+    if not row["attempt"]:
+        data.pop("attempt", None)
+    return Event.model_validate(data)
+
+
 def attempt_from_row(row: dict[str, Any]) -> Attempt:
     return Attempt(
         project=row["project"], cluster=row["cluster"], job_id=row["job_id"],
@@ -299,6 +307,16 @@ class Store:
         """Every attempt's current row, to rebuild processor state on start."""
         rows = self._dicts(f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM job_attempts FINAL")
         return [attempt_from_row(r) for r in rows]
+
+    def recent_infra_events(self, lateness_s: float) -> list[Event]:
+        """Unscoped events within the lateness window of the newest one, and every
+        topology change: what the pipeline needs to rebuild its waiting room on start."""
+        rows = self._dicts(
+            f"SELECT {', '.join(EVENT_COLUMNS)} FROM events FINAL WHERE job_id = '' AND "
+            "(type = 'topology.link' OR time >= (SELECT max(time) FROM events) "
+            "- toIntervalMillisecond({lateness_ms:Int64})) ORDER BY time, id",
+            lateness_ms=int(lateness_s * 1000))
+        return [event_from_row(r) for r in rows]
 
     def attempts(self, project: str, job_id: str) -> list[Attempt]:
         rows = self._dicts(

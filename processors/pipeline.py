@@ -1,19 +1,27 @@
 """The processing both runtimes share: a batch of canonical events in, table rows out.
 
-`Pipeline` holds the small state (job records and the membership index) and calls the pure
-folds in `attempts` and `timeline`. Within a batch, lifecycle events are folded first so an
-infrastructure event that sits a few offsets before its job's start is still attributed.
-State is rebuilt from `job_attempts` on start (`Pipeline.restore`), never from a local file.
+`Pipeline` holds the small state (job records, membership index, wiring, and a window of
+recent infrastructure events) and calls the pure folds in `attempts`, `timeline` and
+`topology`. Within a batch, lifecycle and topology events are folded first.
+
+Out-of-order arrival: an infrastructure event is attributed on arrival to every attempt whose
+span covers it; it also waits, indexed by entity, for `lateness` (event time, measured
+against the highest event time seen, the watermark). An attempt that starts (or whose
+membership changes) within that window picks up the waiting events that fall in its span.
+An event later than the window behind the watermark is stored and queryable by entity but not
+re-attributed. State is rebuilt from the store on start (`restore`).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from processors.attempts import LIFECYCLE_TYPES, Attempt, JobRecord, evolve
-from processors.timeline import Membership, TimelineRow, rows_for
+from processors.timeline import Membership, TimelineRow, filesystem_of, lookup_keys, rows_for
+from processors.topology import Topology
 from schemas.events import Event
 
 
@@ -25,37 +33,118 @@ class Outputs:
 
 
 class Pipeline:
-    def __init__(self, slack: timedelta = timedelta(seconds=30)) -> None:
+    def __init__(self, slack: timedelta = timedelta(seconds=30),
+                 topology: Topology | None = None,
+                 lateness: timedelta = timedelta(minutes=10)) -> None:
         self.jobs: dict[tuple[str, str], JobRecord] = {}
         self.membership = Membership(slack)
+        self.topology = topology or Topology()
+        self.lateness = lateness
+        self.watermark: datetime | None = None
+        self._waiting: dict[str, dict[str, Event]] = defaultdict(dict)
+        self._waiting_order: deque[tuple[datetime, str, str]] = deque()
+        self._attributed: dict[str, set[tuple[str, str, int]]] = {}
 
-    def restore(self, attempts: Iterable[Attempt]) -> None:
-        """Rebuild state from stored attempts (the current row of each)."""
+    def restore(self, attempts: Iterable[Attempt], recent: Iterable[Event] = ()) -> None:
+        """Rebuild state from stored attempts and the recent infrastructure events."""
         for attempt in attempts:
             key = (attempt.project, attempt.job_id)
             job = self.jobs.get(key) or JobRecord(attempt.project, attempt.job_id)
             self.jobs[key] = JobRecord(job.project, job.job_id,
                                        {**job.attempts, attempt.attempt: attempt})
             self.membership.update(attempt)
+        for event in sorted(recent, key=lambda e: (e.time, e.id)):
+            if event.type == "topology.link":
+                self.topology.apply(event)
+            elif not event.job_id:
+                self._wait(event, set())
+            self._advance(event.time)
+
+    def _advance(self, time: datetime) -> None:
+        if self.watermark is None or time > self.watermark:
+            self.watermark = time
+
+    def _wait(self, event: Event, attributed: set[tuple[str, str, int]]) -> None:
+        for key in lookup_keys(event, self.topology):
+            self._waiting[key][event.id] = event
+            self._waiting_order.append((event.time, key, event.id))
+        self._attributed[event.id] = attributed
+
+    def _expire(self) -> None:
+        if self.watermark is None:
+            return
+        cutoff = self.watermark - self.lateness
+        while self._waiting_order and self._waiting_order[0][0] < cutoff:
+            _, key, event_id = self._waiting_order.popleft()
+            bucket = self._waiting.get(key)
+            if bucket is not None:
+                bucket.pop(event_id, None)
+                if not bucket:
+                    del self._waiting[key]
+            # an event's entries share its time, so they all leave in this same pass
+            self._attributed.pop(event_id, None)
+        self.membership.prune(cutoff)
+
+    def _keys_of(self, attempt: Attempt) -> set[str]:
+        at = attempt.started_at
+        keys = {f"node:{n}" for n in attempt.nodes}
+        keys |= {f"fs:{filesystem_of(m)}" for m in attempt.mounts}
+        if at is not None:
+            for node in attempt.nodes:
+                keys |= {f"switch:{s}" for s in self.topology.switches_of(node, at)}
+        return keys
+
+    def _late_rows(self, attempt: Attempt) -> list[TimelineRow]:
+        """Waiting events that the (re)placed attempt now covers."""
+        target = (attempt.project, attempt.job_id, attempt.attempt)
+        candidates: dict[str, Event] = {}
+        for key in self._keys_of(attempt):
+            candidates.update(self._waiting.get(key, {}))
+        rows = []
+        for event_id in sorted(candidates):
+            event = candidates[event_id]
+            done = self._attributed.setdefault(event_id, set())
+            if target in done:
+                continue
+            for row in rows_for(event, self.membership, None, self.topology):
+                if (row.project, row.job_id, row.attempt) == target:
+                    rows.append(row)
+                    done.add(target)
+        return rows
 
     def process(self, events: Sequence[Event]) -> Outputs:
         """Fold a batch; events must already be new (the sink filters stored ids)."""
         out = Outputs(events=list(events))
         changed: dict[tuple[str, str], set[int]] = {}
+        for event in sorted((e for e in events if e.type == "topology.link"),
+                            key=lambda e: (e.time, e.id)):
+            self.topology.apply(event)
         for event in events:
+            self._advance(event.time)
             if event.type in LIFECYCLE_TYPES and event.job_id:
                 key = (event.project, event.job_id)
                 job, touched = evolve(self.jobs.get(key), event)
                 if job is not None and touched:
                     self.jobs[key] = job
                     changed.setdefault(key, set()).update(touched)
+        placed: list[Attempt] = []
         for key, numbers in changed.items():
             for number in sorted(numbers):
                 attempt = self.jobs[key].attempts[number]
                 self.membership.update(attempt)
                 out.attempts.append(attempt)
+                placed.append(attempt)
         for event in events:
+            if event.type == "topology.link":
+                continue
             job_record = self.jobs.get((event.project, event.job_id)) if event.job_id else None
             attempt_of_job = job_record.attempt_at(event.time) if job_record else None
-            out.timeline.extend(rows_for(event, self.membership, attempt_of_job))
+            rows = rows_for(event, self.membership, attempt_of_job, self.topology)
+            out.timeline.extend(rows)
+            if not event.job_id:
+                self._wait(event, {(r.project, r.job_id, r.attempt) for r in rows})
+        for attempt in placed:
+            if attempt.started_at is not None:
+                out.timeline.extend(self._late_rows(attempt))
+        self._expire()
         return out

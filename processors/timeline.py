@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from processors.attempts import Attempt
+from processors.topology import Topology
 from schemas.events import Event, Scope
 
 
@@ -74,6 +75,27 @@ class Membership:
             self._filesystems[filesystem][key] = span
         self._placed[key] = (attempt.nodes, filesystems)
 
+    def prune(self, cutoff: datetime) -> int:
+        """Forget attempts that ended before `cutoff` (beyond the lateness window)."""
+        gone = [k for k, (nodes, _) in self._placed.items()
+                if (span := self._span(k, nodes)) is not None and span.end is not None
+                and span.end + self.slack < cutoff]
+        for key in gone:
+            nodes, filesystems = self._placed.pop(key)
+            for node in nodes:
+                self._nodes[node].pop(key, None)
+            for filesystem in filesystems:
+                self._filesystems[filesystem].pop(key, None)
+        return len(gone)
+
+    def _span(self, key: tuple[str, str, int], nodes: tuple[str, ...]) -> Span | None:
+        for node in nodes:
+            return self._nodes[node].get(key)
+        return None
+
+    def attempts(self) -> int:
+        return len(self._placed)
+
     @staticmethod
     def _covering(spans: dict[tuple[str, str, int], Span] | None, time: datetime,
                   slack: timedelta) -> list[Span]:
@@ -88,45 +110,108 @@ class Membership:
         return self._covering(self._filesystems.get(filesystem), time, self.slack)
 
 
-_NODE_SCOPES = {Scope.node, Scope.gpu, Scope.nic, Scope.rank, Scope.port}
+_NODE_SCOPES = {Scope.node, Scope.gpu, Scope.nic, Scope.rank}
 _STORAGE_SCOPES = {Scope.filesystem, Scope.target, Scope.path}
+# most specific first: one row per (attempt, event), with the closest link
+_RANK = {"node": 0, "gpu": 0, "nic": 0, "rank": 0, "change": 0, "switch": 1, "target": 2,
+         "filesystem": 2}
 
 
-def _event_filesystem(event: Event) -> str:
+def event_filesystem(event: Event, topology: Topology | None) -> str:
     named = event.attributes.get("filesystem")
     if isinstance(named, str) and named:
         return named
     if event.scope == Scope.filesystem and event.entity:
         return event.entity
+    if topology is not None:
+        for candidate in (event.attributes.get("target"), event.entity):
+            if isinstance(candidate, str) and candidate:
+                found = topology.filesystem_of_target(candidate)
+                if found:
+                    return found
     return ""
 
 
-def rows_for(event: Event, membership: Membership, attempt_of_job: int | None) -> list[TimelineRow]:
+def event_switch(event: Event) -> tuple[str, str]:
+    """(switch, port) an infrastructure event names, from attributes or its scope."""
+    switch = event.attributes.get("switch")
+    port = event.attributes.get("port")
+    if event.scope == Scope.switch and event.entity:
+        switch = switch or event.entity
+    if event.scope == Scope.port and event.entity and "/" in event.entity:
+        name, _, number = event.entity.partition("/")
+        switch, port = switch or name, port or number
+    return (switch if isinstance(switch, str) else "", port if isinstance(port, str) else "")
+
+
+def event_node(event: Event) -> str:
+    if event.node:
+        return event.node
+    return event.entity or "" if event.scope == Scope.node else ""
+
+
+def _hops(event: Event, topology: Topology | None) -> list[tuple[str, str, str, str]]:
+    """(node, relation, entity, path) for every node the event reaches, most specific first."""
+    change = event.type.startswith("change.")
+    node = event_node(event)
+    if node and (event.scope in _NODE_SCOPES or event.scope is None):
+        relation = "node" if event.scope in (None, Scope.node) else event.scope.value
+        entity = event.entity or node
+        path = f"{entity} → {node}" if entity != node else node
+        return [(node, "change" if change else relation, entity, path)]
+    switch, port = event_switch(event)
+    if not switch or topology is None:
+        return []
+    entity = f"{switch}/{port}" if port else switch
+    hops = []
+    for link, prefix in topology.under(switch, event.time):
+        direct = bool(port) and link.switch == switch and link.port == port
+        relation = "change" if change else ("nic" if direct else "switch")
+        head = f"{switch}/{port}" if direct else prefix
+        hops.append((link.node, relation, entity, f"{head} → {link.node}"))
+    hops.sort(key=lambda h: (_RANK[h[1]], h[0]))
+    return hops
+
+
+def rows_for(event: Event, membership: Membership, attempt_of_job: int | None,
+             topology: Topology | None = None) -> list[TimelineRow]:
     """Timeline rows for one event; `attempt_of_job` resolves job events without an attempt."""
     if event.job_id:
         # no attempt from the producer: the attempt running then, else the first one
         attempt = event.attempt if event.attempt is not None else (attempt_of_job or 1)
         entity = event.entity or event.node or ""
         return [TimelineRow(event.project, event.job_id, attempt, event, "self", entity, "")]
-    rows: list[TimelineRow] = []
-    seen: set[tuple[str, str, int]] = set()
-    node = event.node or (event.entity if event.scope == Scope.node else None)
-    if node and (event.scope in _NODE_SCOPES or event.scope is None):
-        relation = "node" if event.scope in (None, Scope.node) else event.scope.value
-        entity = event.entity or node
-        path = f"{entity} → {node}" if entity != node else node
+    best: dict[tuple[str, str, int], TimelineRow] = {}
+    for node, relation, entity, path in _hops(event, topology):
         for span in membership.on_node(node, event.time):
-            seen.add((span.project, span.job_id, span.attempt))
-            rows.append(TimelineRow(span.project, span.job_id, span.attempt, event, relation,
-                                    entity, path))
-    filesystem = _event_filesystem(event)
+            key = (span.project, span.job_id, span.attempt)
+            if key not in best:
+                best[key] = TimelineRow(*key, event, relation, entity, path)
+    filesystem = event_filesystem(event, topology)
     if filesystem and (event.scope in _STORAGE_SCOPES or event.scope is None):
         relation = "target" if event.scope == Scope.target else "filesystem"
+        if event.type.startswith("change."):
+            relation = "change"
         entity = event.entity or filesystem
         path = f"{entity} → {filesystem}" if entity != filesystem else filesystem
         for span in membership.on_filesystem(filesystem, event.time):
             key = (span.project, span.job_id, span.attempt)
-            if key not in seen:
-                rows.append(TimelineRow(span.project, span.job_id, span.attempt, event,
-                                        relation, entity, path))
-    return rows
+            if key not in best:
+                best[key] = TimelineRow(*key, event, relation, entity, path)
+    return [best[k] for k in sorted(best)]
+
+
+def lookup_keys(event: Event, topology: Topology | None) -> list[str]:
+    """The entity keys an unattributed event waits under (for late-starting attempts)."""
+    keys = []
+    node = event_node(event)
+    if node:
+        keys.append(f"node:{node}")
+    else:
+        switch, _ = event_switch(event)
+        if switch:
+            keys.append(f"switch:{switch}")
+    filesystem = event_filesystem(event, topology)
+    if filesystem:
+        keys.append(f"fs:{filesystem}")
+    return keys

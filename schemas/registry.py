@@ -185,6 +185,13 @@ class ChangeApplied(Attributes):
     ticket: str | None = None
 
 
+class TopologyLink(Attributes):
+    node: str
+    nic: str
+    switch: str
+    port: str
+
+
 class OperatorNote(Attributes):
     author: str | None = None
 
@@ -230,6 +237,8 @@ _TYPES = [
     EventType("node.drained", Source.node, NodeReason, doc="Node drained by scheduler or ops"),
     EventType("change.applied", Source.change, ChangeApplied, doc="Platform change applied"),
     EventType("operator.note", Source.operator, OperatorNote, doc="Human note"),
+    EventType("topology.link", Source.topology, TopologyLink,
+              doc="From this time on, node/nic is cabled to switch/port"),
 ]
 
 REGISTRY: dict[str, EventType] = {t.name: t for t in _TYPES}

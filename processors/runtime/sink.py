@@ -34,7 +34,8 @@ class Sink:
 
     def restore(self) -> int:
         attempts = self.store.load_attempts()
-        self.pipeline.restore(attempts)
+        recent = self.store.recent_infra_events(self.pipeline.lateness.total_seconds())
+        self.pipeline.restore(attempts, recent)
         return len(attempts)
 
     def decode(self, records: Sequence[bytes | str], positions: Sequence[str] | None = None,

@@ -1,0 +1,98 @@
+"""Time-versioned wiring: which node (NIC) sat on which switch port, when.
+
+Built from a topology file and changed by `topology.link` events. Each link has a validity
+interval; moving a cable closes the old link at the event's time and opens the new one, so
+lookups at an earlier time still see the old wiring. Indexed by node, switch and port, so a
+lookup costs the size of one switch's links, never a scan of the cluster.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from schemas.events import Event
+from schemas.topology import TopologyFile
+
+
+@dataclass
+class Link:
+    node: str
+    nic: str
+    switch: str
+    port: str
+    valid_from: datetime
+    valid_to: datetime | None = None
+
+    def at(self, time: datetime) -> bool:
+        return self.valid_from <= time and (self.valid_to is None or time < self.valid_to)
+
+
+class Topology:
+    def __init__(self) -> None:
+        self._by_nic: dict[tuple[str, str], list[Link]] = defaultdict(list)
+        self._by_switch: dict[str, list[Link]] = defaultdict(list)
+        self._nics_of: dict[str, set[str]] = defaultdict(set)
+        self._uplinks: dict[str, set[str]] = defaultdict(set)
+        self._downlinks: dict[str, set[str]] = defaultdict(set)
+        self._target_fs: dict[str, str] = {}
+        self._applied: set[str] = set()
+
+    @classmethod
+    def from_file(cls, spec: TopologyFile) -> Topology:
+        topology = cls()
+        for name, switch in spec.switches.items():
+            for up in switch.uplinks:
+                topology._uplinks[name].add(up)
+                topology._downlinks[up].add(name)
+        for node, node_spec in spec.nodes.items():
+            for nic, link in node_spec.nics.items():
+                topology.link(node, nic, link.switch, link.port, spec.valid_from)
+        for fs, fs_spec in spec.filesystems.items():
+            for target in fs_spec.targets:
+                topology._target_fs[target] = fs
+                topology._target_fs[f"{fs}-{target}"] = fs
+        return topology
+
+    def link(self, node: str, nic: str, switch: str, port: str, time: datetime) -> None:
+        """From `time` on, node/nic is cabled to switch/port (closing what was there)."""
+        for old in self._by_nic[(node, nic)]:
+            if old.at(time):
+                old.valid_to = time
+        for old in self._by_switch[switch]:
+            if old.port == port and old.at(time):
+                old.valid_to = time
+        new = Link(node, nic, switch, port, time)
+        self._by_nic[(node, nic)].append(new)
+        self._nics_of[node].add(nic)
+        self._by_switch[switch].append(new)
+
+    def apply(self, event: Event) -> bool:
+        """Fold a `topology.link` event; idempotent by event id."""
+        if event.type != "topology.link" or event.id in self._applied:
+            return False
+        a = event.attributes
+        self.link(str(a["node"]), str(a["nic"]), str(a["switch"]), str(a["port"]), event.time)
+        self._applied.add(event.id)
+        return True
+
+    def under(self, switch: str, time: datetime) -> list[tuple[Link, str]]:
+        """Links under `switch` at `time` (through leaves for a spine), with the path prefix."""
+        out = [(link, switch) for link in self._by_switch.get(switch, ()) if link.at(time)]
+        for leaf in sorted(self._downlinks.get(switch, ())):
+            out.extend((link, f"{switch} → {leaf}") for link in self._by_switch.get(leaf, ())
+                       if link.at(time))
+        return out
+
+    def switches_of(self, node: str, time: datetime) -> set[str]:
+        """Leaves the node is cabled to at `time`, and their spines."""
+        leaves = {link.switch for link in self.links_of(node, time)}
+        return leaves | {spine for leaf in leaves for spine in self._uplinks.get(leaf, ())}
+
+    def links_of(self, node: str, time: datetime) -> list[Link]:
+        return [link for nic in sorted(self._nics_of.get(node, ()))
+                for link in self._by_nic[(node, nic)] if link.at(time)]
+
+    def filesystem_of_target(self, target: str) -> str | None:
+        return self._target_fs.get(target)
