@@ -26,15 +26,17 @@ def load_topology(settings: Settings) -> Topology:
     return Topology.from_file(topology_file.load(settings.topology_file))
 
 
-def build_sink(settings: Settings, store: Store) -> Sink:
+def build_sink(settings: Settings, store: Store, topology: Topology | None = None) -> Sink:
     pipeline = Pipeline(timedelta(seconds=settings.attribution_slack_s),
-                        load_topology(settings), timedelta(seconds=settings.lateness_s))
+                        topology or load_topology(settings),
+                        timedelta(seconds=settings.lateness_s))
     sink = Sink(store, pipeline)
     sink.restore()
     return sink
 
 
-def embedded_runner(settings: Settings, store: Store | None = None) -> EmbeddedRunner:
+def embedded_runner(settings: Settings, store: Store | None = None,
+                    topology: Topology | None = None) -> EmbeddedRunner:
     store = store or open_store(settings)
-    return EmbeddedRunner(build_sink(settings, store), EmbeddedLog(settings.home / "log"),
-                          batch_size=settings.batch_size)
+    return EmbeddedRunner(build_sink(settings, store, topology),
+                          EmbeddedLog(settings.home / "log"), batch_size=settings.batch_size)

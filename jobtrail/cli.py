@@ -47,7 +47,8 @@ def _print_dead_letters(letters: list[Any]) -> None:
         click.echo(f"  ... and {len(letters) - 20} more (jobtrail dead-letters)", err=True)
 
 
-def _ingest_text(settings: Settings, text: str, *, producer: str, origin: str) -> None:
+def _ingest_text(settings: Settings, text: str, *, producer: str, origin: str,
+                 topology: Any = None) -> None:
     from ingest.canonical import decode
 
     started = time.monotonic()
@@ -64,7 +65,7 @@ def _ingest_text(settings: Settings, text: str, *, producer: str, origin: str) -
         return
     from jobtrail.app import embedded_runner
 
-    runner = embedded_runner(settings)
+    runner = embedded_runner(settings, topology=topology)
     runner.submit(decoded)
     result = runner.drain()
     click.echo(_summary(result, started))
@@ -124,10 +125,13 @@ def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, si
 def demo(ctx: click.Context, colour: bool | None) -> None:
     """Load the bundled 64-node sample scenario (embedded) and show its timeline."""
     from jobtrail import sample
+    from processors.topology import Topology
+    from schemas.topology import TopologyFile
 
     settings = _settings(ctx).with_(kafka="")
     click.echo(f"loading the sample scenario into {settings.dsn}")
-    _ingest_text(settings, sample.jsonl(), producer="sample", origin="sample")
+    wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
+    _ingest_text(settings, sample.jsonl(), producer="sample", origin="sample", topology=wiring)
     ctx.invoke(timeline, job=sample.JOB, project=sample.PROJECT, attempt=None, since=None,
                until=None, colour=colour, as_json=False)
 

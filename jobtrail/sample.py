@@ -1,11 +1,12 @@
 """The bundled sample scenario: a 64-node pretraining job that fails once and recovers.
 
-Attempt 1 runs on node-001..064; node-041's HCA port to leaf-07 goes down, NCCL times out
+Attempt 1 runs on node-001..064; node-041's HCA port to leaf-05 goes down, NCCL times out
 on every rank of the ring, the scheduler fails and requeues the job; node-041 is drained and
 attempt 2 restarts from the last checkpoint on a replacement node. Storage latency on the
 scratch filesystem, an Xid on node-041, a node event on a node the job never used, one
 credential leaked into a log line (redacted at ingest) and one malformed record (dead-lettered)
-make it exercise every path. Deterministic: the same call always yields the same records.
+make it exercise every path. `topology()` is the 2-rail fat tree it runs on.
+Deterministic: the same call always yields the same records.
 """
 
 from __future__ import annotations
@@ -96,11 +97,16 @@ def records() -> list[dict[str, Any] | str]:
                       producer="dcgm@cluster-a", message="single-bit ECC errors on GPU 3",
                       attributes={"gpu": "3", "kind": "sbe", "count": 12}))
     fail = start1 + timedelta(minutes=45, seconds=30)
+    # the switch's view (needs the topology to reach the job) and the node's view
+    out.append(_infra("network.link_errors", fail - timedelta(seconds=40), source="network",
+                      severity="warning", scope="port", entity="leaf-05/p9",
+                      producer="ufm@cluster-a", message="leaf-05 p9 symbol errors rising",
+                      attributes={"counter": "symbol_errors", "value": 1840.0}))
     out.append(_infra("network.port_down", fail - timedelta(seconds=2), source="network",
-                      severity="error", scope="nic", entity="node-041/mlx5_2", node="node-041",
+                      severity="error", scope="nic", entity="node-041/mlx5_0", node="node-041",
                       producer="ib-monitor@cluster-a",
-                      message="mlx5_2 port 1 state DOWN (peer leaf-07 p12)",
-                      attributes={"switch": "leaf-07", "port": "p12", "peer": "node-041"}))
+                      message="mlx5_0 port 1 state DOWN (peer leaf-05 p9)",
+                      attributes={"switch": "leaf-05", "port": "p9", "peer": "node-041"}))
     for rank in range(0, 512, 8):
         node = NODES_1[rank // GPUS_PER_NODE]
         out.append(_job("comm.nccl_timeout", fail + timedelta(milliseconds=rank * 3), 1,
@@ -199,3 +205,10 @@ def synthetic(n_events: int, *, jobs: int = 50, nodes_per_job: int = 8,
                         "attributes": {"step": i, "step_time_s": 1.1}})
         i += 1
     return out[:n_events]
+
+
+def topology() -> dict[str, Any]:
+    """The wiring of the sample cluster (examples/topology-64.yaml is the same, as a file)."""
+    from schemas.topology import fat_tree
+
+    return fat_tree(64, cluster=CLUSTER)

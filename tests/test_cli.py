@@ -31,16 +31,16 @@ def test_readme_names_the_two_commands_and_ci_runs_the_test_one() -> None:
 
 def test_demo_shows_all_five_sources_and_is_idempotent(tmp_path: Path) -> None:
     first = _run("demo", "--no-colour", home=tmp_path)
-    assert "stored 165, duplicates 0, dead-lettered 1" in first.stdout
+    assert "stored 166, duplicates 0, dead-lettered 1" in first.stdout
     assert "sources: job, network, node, scheduler, storage" in first.stdout
     assert "attempt 1: failed" in first.stdout and "attempt 2: completed" in first.stdout
     assert "rank-0 .. rank-504 (x64)" in first.stdout
     assert "abc123secretvalue7" not in first.stdout
     second = _run("demo", "--no-colour", home=tmp_path)
-    assert "stored 0, duplicates 165" in second.stdout
+    assert "stored 0, duplicates 166" in second.stdout
     stats = json.loads(_run("stats", home=tmp_path).stdout)
     assert stats["raw"] == stats["final"]
-    assert stats["final"]["events"] == 165 and stats["duplicate_event_ids"] == 0
+    assert stats["final"]["events"] == 166 and stats["duplicate_event_ids"] == 0
 
 
 def test_ingest_stdin_and_timeline_filters(tmp_path: Path) -> None:

@@ -17,13 +17,16 @@ from jobtrail.store import Store
 from processors.pipeline import Pipeline
 from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
 from processors.runtime.sink import Sink
+from processors.topology import Topology
+from schemas.topology import TopologyFile
 from tests.conftest import OBSERVED
 
 JOBTRAIL = [sys.executable, "-m", "jobtrail.cli"]
 
 
 def _runner(store: Store, tmp_path: Path) -> EmbeddedRunner:
-    sink = Sink(store, Pipeline(timedelta(seconds=30)))
+    wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
+    sink = Sink(store, Pipeline(timedelta(seconds=30), wiring))
     sink.restore()
     return EmbeddedRunner(sink, EmbeddedLog(tmp_path / "log"), batch_size=50)
 
@@ -32,17 +35,18 @@ def test_sample_timeline_shows_all_five_sources(store: Store, tmp_path: Path) ->
     runner = _runner(store, tmp_path)
     runner.submit(decode(sample.jsonl(), producer="sample", observed_at=OBSERVED))
     result = runner.drain()
-    assert (result.received, result.stored, len(result.dead_letters)) == (166, 165, 1)
+    assert (result.received, result.stored, len(result.dead_letters)) == (167, 166, 1)
     assert result.dead_letters[0].field == "attributes.step"
     rows = store.timeline(sample.PROJECT, sample.JOB)
     assert {r["source"] for r in rows} == {"scheduler", "network", "storage", "node", "job"}
     by_type = {(r["type"], r["relation"], r["attempt"]) for r in rows}
     assert ("network.port_down", "nic", 1) in by_type
+    assert ("network.link_errors", "nic", 1) in by_type  # switch-side, through the topology
     assert ("storage.latency", "target", 1) in by_type
     assert ("node.xid", "gpu", 1) in by_type
     # node-100 and nfs-home never belonged to the job: stored, not on its timeline
     assert not any(r["entity"] in ("node-100", "nfs-home") for r in rows)
-    assert store.count("events") == 165
+    assert store.count("events") == 166
     attempts = store.attempts(sample.PROJECT, sample.JOB)
     assert [(a.attempt, a.state, len(a.nodes), a.gpus) for a in attempts] == [
         (1, "failed", 64, 512), (2, "completed", 64, 512)]
@@ -61,7 +65,7 @@ def test_reingest_and_restart_do_not_duplicate(store: Store, tmp_path: Path) -> 
     restarted = _runner(store, tmp_path)
     restarted.submit(records)
     again = restarted.drain()
-    assert (again.stored, again.duplicates) == (0, 165)
+    assert (again.stored, again.duplicates) == (0, 166)
     assert {t: store.count(t, final=False) for t in counts} == counts
     assert store.count("job_attempts") == 2
 

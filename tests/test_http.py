@@ -92,7 +92,7 @@ def test_ingest_single_batch_and_lines_then_read_timeline(store: Store, tmp_path
         assert "jobtrail_events_received_total" in metrics
 
     _serve(Settings(home=tmp_path), backend, scenario)
-    assert store.count("events") == 166 - 1
+    assert store.count("events") == 167 - 1
     assert store.count("dead_letters") == 2
 
 
