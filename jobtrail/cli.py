@@ -200,6 +200,77 @@ def migrate(ctx: click.Context) -> None:
     open_store(settings)
 
 
+def _wiring(settings: Settings) -> Any:
+    from jobtrail.app import load_topology, open_store
+    from jobtrail.queries import wiring
+
+    store = open_store(settings)
+    return store, wiring(store, load_topology(settings))
+
+
+@main.command()
+@click.option("--node", default="")
+@click.option("--switch", default="")
+@click.option("--filesystem", default="")
+@click.option("--at", "at", required=True, help="ISO time")
+@click.option("--project", "projects", multiple=True, required=True,
+              help="Projects to look in (repeatable); reads are always project-bound")
+@click.pass_context
+def where(ctx: click.Context, node: str, switch: str, filesystem: str, at: str,
+          projects: tuple[str, ...]) -> None:
+    """Which job attempts were on a node, under a switch or using a filesystem at a time."""
+    from jobtrail.queries import attempts_under
+
+    if not (node or switch or filesystem):
+        raise click.UsageError("give --node, --switch or --filesystem")
+    store, topology = _wiring(_settings(ctx))
+    when = _parse_when(at)
+    assert when is not None
+    for a in attempts_under(store, topology, projects, when, node=node, switch=switch,
+                            filesystem=filesystem):
+        click.echo(f"{a.project} {a.job_id} attempt {a.attempt} {a.state} "
+                   f"{len(a.nodes)} nodes started {a.started_at:%Y-%m-%d %H:%M:%S}")
+
+
+@main.command()
+@click.argument("job")
+@click.argument("attempt", type=int)
+@click.option("--project", required=True)
+@click.pass_context
+def attempt(ctx: click.Context, job: str, attempt: int, project: str) -> None:
+    """Nodes, switches, links, filesystems and checkpoints of one attempt (JSON)."""
+    from jobtrail.queries import resources
+
+    store, topology = _wiring(_settings(ctx))
+    found = resources(store, topology, project, job, attempt)
+    if found is None:
+        raise click.ClickException(f"no attempt {attempt} of {job} in project {project}")
+    a = found.attempt
+    click.echo(json.dumps({
+        "job_id": a.job_id, "attempt": a.attempt, "state": a.state, "nodes": list(a.nodes),
+        "gpus": a.gpus, "switches": found.switches, "links": found.links,
+        "filesystems": found.filesystems, "mounts": list(a.mounts),
+        "checkpoints": found.checkpoints, "image": a.image, "code_version": a.code_version,
+        "data_version": a.data_version}, default=str, indent=2))
+
+
+@main.command()
+@click.argument("name")
+@click.option("--project", "projects", multiple=True, required=True)
+@click.option("--since", default=None)
+@click.option("--until", default=None)
+@click.pass_context
+def entity(ctx: click.Context, name: str, projects: tuple[str, ...], since: str | None,
+           until: str | None) -> None:
+    """What happened on an entity: node, GPU, NIC, switch, port or filesystem (JSON lines)."""
+    from jobtrail.app import open_store
+
+    rows = open_store(_settings(ctx)).entity_timeline(
+        projects, name, since=_parse_when(since), until=_parse_when(until))
+    for row in rows:
+        click.echo(json.dumps(row, default=str))
+
+
 @main.command()
 @click.pass_context
 def stats(ctx: click.Context) -> None:

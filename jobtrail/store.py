@@ -340,6 +340,47 @@ class Store:
             since=since or datetime(1970, 1, 1, tzinfo=UTC),
             until=until or datetime(2200, 1, 1, tzinfo=UTC), limit=limit)
 
+    def attempts_at(self, projects: Sequence[str], at: datetime, *,
+                    nodes: Sequence[str] = (), filesystem: str = "") -> list[Attempt]:
+        """Attempts of `projects` running at `at` on any of `nodes` or mounting `filesystem`."""
+        rows = self._dicts(
+            f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM job_attempts FINAL "
+            "WHERE project IN {projects:Array(String)} "
+            "AND started_at <= {at:DateTime64(3, 'UTC')} "
+            "AND (ended_at IS NULL OR ended_at >= {at:DateTime64(3, 'UTC')}) "
+            "AND (hasAny(nodes, {nodes:Array(String)}) OR ({fs:String} != '' AND "
+            "arrayExists(m -> splitByChar(':', m)[1] = {fs:String}, mounts))) "
+            "ORDER BY project, job_id, attempt",
+            projects=list(projects), at=at, nodes=list(nodes), fs=filesystem)
+        return [attempt_from_row(r) for r in rows]
+
+    def checkpoints(self, project: str, job_id: str, attempt: int) -> list[dict[str, Any]]:
+        """Checkpoints saved or restored by one attempt, with step and path."""
+        return self._dicts(
+            "SELECT time, type, JSONExtractInt(attributes, 'step') AS step, "
+            "JSONExtractString(attributes, 'path') AS path FROM job_timeline FINAL "
+            "WHERE project = {project:String} AND job_id = {job_id:String} "
+            "AND attempt = {attempt:UInt32} AND type LIKE 'checkpoint.%' ORDER BY time",
+            project=project, job_id=job_id, attempt=attempt)
+
+    def entity_timeline(self, projects: Sequence[str], entity: str, *,
+                        since: datetime | None = None, until: datetime | None = None,
+                        limit: int = 10_000) -> list[dict[str, Any]]:
+        """What happened on an entity (node, GPU, NIC, switch, port, filesystem, target):
+        cluster-level events, plus job events of the caller's projects only."""
+        return self._dicts(
+            "SELECT time, id, source, type, severity, project, job_id, scope, entity, node, "
+            "message FROM events FINAL "
+            "WHERE (entity = {e:String} OR node = {e:String} OR startsWith(entity, {p:String}) "
+            "OR JSONExtractString(attributes, 'switch') = {e:String} "
+            "OR JSONExtractString(attributes, 'filesystem') = {e:String}) "
+            "AND (project = '' OR project IN {projects:Array(String)}) "
+            "AND time >= {since:DateTime64(3, 'UTC')} AND time <= {until:DateTime64(3, 'UTC')} "
+            "ORDER BY time, id LIMIT {limit:UInt32}",
+            e=entity, p=f"{entity}/", projects=list(projects),
+            since=since or datetime(1970, 1, 1, tzinfo=UTC),
+            until=until or datetime(2200, 1, 1, tzinfo=UTC), limit=limit)
+
     def dead_letters(self, limit: int = 1000) -> list[dict[str, Any]]:
         return self._dicts(
             "SELECT received_at, stage, reason, field, producer, event_ref, payload "

@@ -1,0 +1,62 @@
+"""Membership, fabric and data-path questions an on-call engineer asks (issue 4).
+
+"Which attempts were on node X / under switch Y / using filesystem Z at time T", "what are the
+nodes, switches, filesystems and checkpoints of attempt N", "what happened on entity E".
+The wiring comes from the topology file plus every stored `topology.link` event, so a question
+about last Tuesday uses last Tuesday's cables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from jobtrail.store import Store
+from processors.attempts import Attempt
+from processors.timeline import filesystem_of
+from processors.topology import Topology
+
+
+def wiring(store: Store, base: Topology) -> Topology:
+    """The base topology with every stored `topology.link` change applied, in time order."""
+    for event in store.recent_infra_events(0):
+        base.apply(event)
+    return base
+
+
+def attempts_under(store: Store, topology: Topology, projects: Sequence[str], at: datetime, *,
+                   node: str = "", switch: str = "", filesystem: str = "") -> list[Attempt]:
+    nodes = [node] if node else []
+    if switch:
+        nodes.extend(sorted({link.node for link, _ in topology.under(switch, at)}))
+    if not nodes and not filesystem:
+        return []
+    return store.attempts_at(projects, at, nodes=nodes, filesystem=filesystem)
+
+
+@dataclass
+class AttemptResources:
+    attempt: Attempt
+    switches: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    filesystems: list[str] = field(default_factory=list)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+
+
+def resources(store: Store, topology: Topology, project: str, job_id: str,
+              attempt: int) -> AttemptResources | None:
+    found = [a for a in store.attempts(project, job_id) if a.attempt == attempt]
+    if not found:
+        return None
+    a = found[0]
+    at = a.started_at
+    links = [] if at is None else [link for n in a.nodes for link in topology.links_of(n, at)]
+    return AttemptResources(
+        attempt=a,
+        switches=sorted({s for n in a.nodes for s in topology.switches_of(n, at)}) if at else [],
+        links=[f"{link.node}/{link.nic} → {link.switch}/{link.port}" for link in links],
+        filesystems=sorted({filesystem_of(m) for m in a.mounts}),
+        checkpoints=store.checkpoints(project, job_id, attempt),
+    )
