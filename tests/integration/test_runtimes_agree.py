@@ -1,0 +1,78 @@
+"""Both runtimes, same input, same topology: identical job timelines.
+
+The sample scenario runs on its fat tree, plus an Xid that arrives before everything else
+(so before the scheduler says the job started). Small batches force it through the
+lateness path in both runtimes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ingest.canonical import decode
+from jobtrail import sample
+from jobtrail.config import Settings
+from jobtrail.kafka_io import publish_sync
+from tests.integration.kafka_helpers import JOBTRAIL, Worker, wait_caught_up
+
+pytestmark = pytest.mark.kafka
+
+EARLY = {"type": "node.xid", "time": (sample.T0 + timedelta(minutes=13)).isoformat(),
+         "cluster": sample.CLUSTER, "scope": "gpu", "entity": "node-010/gpu1",
+         "node": "node-010", "attributes": {"xid": 48}}
+
+
+def _input() -> str:
+    return json.dumps(EARLY) + "\n" + sample.jsonl()
+
+
+def _timeline(home: Path, env: dict[str, str]) -> list[tuple[object, ...]]:
+    out = subprocess.run([*JOBTRAIL, "--home", str(home), "timeline", sample.JOB, "--project",
+                          sample.PROJECT, "--json"], capture_output=True, text=True,
+                         timeout=120, check=True, env=env)
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    return [(r["time"], r["attempt"], r["event_id"], r["relation"], r["entity"],
+             r["link_path"]) for r in rows]
+
+
+def test_embedded_and_faust_give_identical_timelines(kafka_broker: str, tmp_path: Path) -> None:
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(yaml.safe_dump(sample.topology()))
+    env = {**os.environ, "JOBTRAIL_TOPOLOGY": str(topology), "JOBTRAIL_BATCH_SIZE": "2"}
+    env.pop("JOBTRAIL_KAFKA", None)
+    data = tmp_path / "in.jsonl"
+    data.write_text(_input())
+    embedded = tmp_path / "embedded"
+    subprocess.run([*JOBTRAIL, "--home", str(embedded), "ingest", str(data)], env=env,
+                   check=True, capture_output=True, timeout=300)
+
+    tag = uuid.uuid4().hex[:8]
+    prefix, app_id = f"r{tag}.", f"runtimes-{tag}"
+    settings = Settings(kafka=kafka_broker, topic_prefix=prefix, wire_batch=2)
+    publish_sync(settings, decode(_input(), producer="file", observed_at=datetime.now(UTC)))
+    worker = Worker(kafka_broker, tmp_path / "faust", prefix, app_id, batch_size=2)
+    worker.env.update({"JOBTRAIL_TOPOLOGY": str(topology), "JOBTRAIL_WIRE_BATCH": "2"})
+    worker.start()
+    try:
+        wait_caught_up(kafka_broker, app_id, [settings.topic("events"), settings.topic("dlq")],
+                       worker)
+    finally:
+        worker.stop()
+
+    faust_rows = _timeline(tmp_path / "faust", env)
+    embedded_rows = _timeline(embedded, env)
+    assert faust_rows == embedded_rows
+    relations = {(r[2], r[3]) for r in embedded_rows}
+    early = [r for r in embedded_rows if r[4] == "node-010/gpu1"]
+    assert [(r[1], r[3], r[5]) for r in early] == [(1, "gpu", "node-010/gpu1 → node-010")]
+    assert any(rel == "nic" and path.startswith("leaf-05/p9") for _, _, _, rel, _, path
+               in embedded_rows)
+    assert len(relations) == len(embedded_rows)  # one row per (event, attempt)
