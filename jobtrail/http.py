@@ -68,6 +68,10 @@ class EmbeddedBackend:
         await self.call(self.runner.submit, records)
         self._wake.set()
 
+    def topology(self) -> Any:
+        """The live wiring the processors use (file plus applied `topology.link` events)."""
+        return self.runner.sink.pipeline.topology
+
     async def _drain_loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
@@ -107,6 +111,12 @@ class KafkaBackend:
 
     async def submit(self, records: list[Any]) -> None:
         await self.publisher.publish(records)
+
+    def topology(self) -> Any:
+        from jobtrail.app import load_topology
+        from jobtrail.queries import wiring
+
+        return wiring(self.store, load_topology(self.settings))
 
     async def start(self) -> None:
         from jobtrail.kafka_io import ensure_topics
@@ -169,6 +179,70 @@ async def job_timeline(request: web.Request) -> web.Response:
     return web.json_response({"rows": rows}, dumps=_dumps)
 
 
+def _projects(request: web.Request) -> list[str]:
+    """Requested projects (`?project=a&project=b`), narrowed to what the token may read."""
+    allowed = _token_projects(request)
+    wanted = request.query.getall("project", [])
+    if not wanted:
+        raise web.HTTPBadRequest(text='{"error": "project is required"}',
+                                 content_type="application/json")
+    return [p for p in wanted if allowed is None or p in allowed]
+
+
+def _attempt_json(a: Any) -> dict[str, Any]:
+    return {"project": a.project, "job_id": a.job_id, "attempt": a.attempt, "state": a.state,
+            "nodes": list(a.nodes), "gpus": a.gpus, "started_at": a.started_at,
+            "ended_at": a.ended_at, "mounts": list(a.mounts)}
+
+
+async def where(request: web.Request) -> web.Response:
+    """Attempts on ?node= / ?switch= / ?filesystem= at ?at= (project-bound)."""
+    from jobtrail.queries import attempts_under
+
+    projects = _projects(request)
+    at = _query_time(request, "at")
+    if at is None:
+        raise web.HTTPBadRequest(text='{"error": "at is required"}',
+                                 content_type="application/json")
+    backend = request.app[BACKEND]
+    q = request.query
+    found = await backend.call(attempts_under, backend.store, backend.topology(), projects, at,
+                               node=q.get("node", ""), switch=q.get("switch", ""),
+                               filesystem=q.get("filesystem", ""))
+    return web.json_response({"attempts": [_attempt_json(a) for a in found]}, dumps=_dumps)
+
+
+async def attempt_resources(request: web.Request) -> web.Response:
+    from jobtrail.queries import resources
+
+    projects = _projects(request)
+    backend = request.app[BACKEND]
+    try:
+        number = int(request.match_info["attempt"])
+    except ValueError:
+        raise web.HTTPBadRequest(text='{"error": "attempt must be an integer"}',
+                                 content_type="application/json") from None
+    found = None
+    if projects:
+        found = await backend.call(resources, backend.store, backend.topology(), projects[0],
+                                   request.match_info["job_id"], number)
+    if found is None:
+        raise web.HTTPNotFound(text='{"error": "no such attempt"}',
+                               content_type="application/json")
+    return web.json_response({**_attempt_json(found.attempt), "switches": found.switches,
+                              "links": found.links, "filesystems": found.filesystems,
+                              "checkpoints": found.checkpoints}, dumps=_dumps)
+
+
+async def entity_timeline(request: web.Request) -> web.Response:
+    projects = _projects(request)
+    backend = request.app[BACKEND]
+    rows = await backend.call(backend.store.entity_timeline, projects,
+                              request.match_info["name"], since=_query_time(request, "since"),
+                              until=_query_time(request, "until"))
+    return web.json_response({"rows": rows}, dumps=_dumps)
+
+
 def _dumps(value: Any) -> str:
     import json
 
@@ -197,6 +271,9 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
     app.cleanup_ctx.append(lifecycle)
     app.router.add_post("/v1/events", ingest_events)
     app.router.add_get("/v1/jobs/{job_id}/timeline", job_timeline)
+    app.router.add_get("/v1/where", where)
+    app.router.add_get("/v1/jobs/{job_id}/attempts/{attempt}", attempt_resources)
+    app.router.add_get("/v1/entities/{name}/timeline", entity_timeline)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     return app

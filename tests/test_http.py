@@ -20,6 +20,8 @@ from jobtrail.store import Store
 from processors.pipeline import Pipeline
 from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
 from processors.runtime.sink import Sink
+from processors.topology import Topology
+from schemas.topology import TopologyFile
 
 
 class _Backend:
@@ -27,8 +29,12 @@ class _Backend:
 
     def __init__(self, store: Store, home: Path) -> None:
         self.store = store
-        self.runner = EmbeddedRunner(Sink(store, Pipeline(timedelta(seconds=30))),
+        wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
+        self.runner = EmbeddedRunner(Sink(store, Pipeline(timedelta(seconds=30), wiring)),
                                      EmbeddedLog(home / "log"))
+
+    def topology(self) -> Topology:
+        return self.runner.sink.pipeline.topology
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
@@ -132,3 +138,33 @@ def test_garbage_bodies_are_dead_lettered_not_crashes(store: Store, tmp_path: Pa
 
     _serve(Settings(home=tmp_path), backend, scenario)
     assert store.count("dead_letters") >= 1
+
+
+def test_membership_queries_over_http(store: Store, tmp_path: Path) -> None:
+    backend = _Backend(store, tmp_path)
+    auth = {"Authorization": "Bearer tok-a"}
+    settings = Settings(home=tmp_path, api_tokens={"tok-a": (sample.PROJECT,)})
+
+    async def scenario(client: aiohttp.ClientSession) -> None:
+        assert (await client.post("/v1/events", data=sample.jsonl(), headers=auth)).status == 202
+        at = "2026-11-30T08:30:00Z"
+        under = await client.get("/v1/where", headers=auth, params={
+            "switch": "leaf-05", "at": at, "project": sample.PROJECT})
+        attempts = (await under.json())["attempts"]
+        assert [(a["job_id"], a["attempt"]) for a in attempts] == [(sample.JOB, 1)]
+        other = await client.get("/v1/where", headers=auth, params={
+            "node": "node-041", "at": at, "project": "someone-else"})
+        assert (await other.json())["attempts"] == []
+        res = await client.get(f"/v1/jobs/{sample.JOB}/attempts/1", headers=auth,
+                               params={"project": sample.PROJECT})
+        body = await res.json()
+        assert "node-041/mlx5_0 → leaf-05/p9" in body["links"]
+        assert [c["step"] for c in body["checkpoints"]] == [500, 1000, 1500, 2000]
+        hidden = await client.get(f"/v1/jobs/{sample.JOB}/attempts/1", headers=auth,
+                                  params={"project": "someone-else"})
+        assert hidden.status == 404
+        ent = await client.get("/v1/entities/node-041/timeline", headers=auth,
+                               params={"project": sample.PROJECT})
+        assert "node.xid" in {r["type"] for r in (await ent.json())["rows"]}
+
+    _serve(settings, backend, scenario)
