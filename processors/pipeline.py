@@ -89,6 +89,8 @@ class Pipeline:
         at = attempt.started_at
         keys = {f"node:{n}" for n in attempt.nodes}
         keys |= {f"fs:{filesystem_of(m)}" for m in attempt.mounts}
+        if attempt.queue:
+            keys.add(f"queue:{attempt.queue}")
         if at is not None:
             for node in attempt.nodes:
                 keys |= {f"switch:{s}" for s in self.topology.switches_of(node, at)}

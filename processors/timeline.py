@@ -48,73 +48,79 @@ def filesystem_of(mount: str) -> str:
     return mount.split(":", 1)[0]
 
 
+AttemptKey = tuple[str, str, int]
+
+
 class Membership:
-    """entity -> attempt spans, rebuilt from attempts; mutated only through `update`."""
+    """Entity -> attempt spans, rebuilt from attempts; mutated only through `update`.
+
+    Keys are `node:NAME`, `fs:NAME` (from mounts) and `queue:NAME`. Node and filesystem spans
+    run from the attempt's start; a queue span from its submission, because a queue event
+    (a policy change, a reclaim) matters to a job that is still waiting.
+    """
 
     def __init__(self, slack: timedelta = timedelta(seconds=30)) -> None:
         self.slack = slack
-        self._nodes: dict[str, dict[tuple[str, str, int], Span]] = defaultdict(dict)
-        self._filesystems: dict[str, dict[tuple[str, str, int], Span]] = defaultdict(dict)
-        self._placed: dict[tuple[str, str, int], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self._index: dict[str, dict[AttemptKey, Span]] = defaultdict(dict)
+        self._placed: dict[AttemptKey, tuple[tuple[str, ...], datetime | None]] = {}
 
     def update(self, attempt: Attempt) -> None:
         key = (attempt.project, attempt.job_id, attempt.attempt)
-        old_nodes, old_filesystems = self._placed.pop(key, ((), ()))
-        for node in old_nodes:
-            self._nodes[node].pop(key, None)
-        for filesystem in old_filesystems:
-            self._filesystems[filesystem].pop(key, None)
-        if attempt.started_at is None:
-            return
-        span = Span(attempt.project, attempt.job_id, attempt.attempt, attempt.started_at,
-                    attempt.ended_at)
-        filesystems = tuple(sorted({filesystem_of(m) for m in attempt.mounts}))
-        for node in attempt.nodes:
-            self._nodes[node][key] = span
-        for filesystem in filesystems:
-            self._filesystems[filesystem][key] = span
-        self._placed[key] = (attempt.nodes, filesystems)
+        self._remove(key)
+        entries: dict[str, Span] = {}
+        if attempt.started_at is not None:
+            span = Span(*key, attempt.started_at, attempt.ended_at)
+            entries.update({f"node:{n}": span for n in attempt.nodes})
+            entries.update({f"fs:{filesystem_of(m)}": span for m in attempt.mounts})
+        since = attempt.submitted_at or attempt.started_at
+        if attempt.queue and since is not None:
+            entries[f"queue:{attempt.queue}"] = Span(*key, since, attempt.ended_at)
+        for index_key, span in entries.items():
+            self._index[index_key][key] = span
+        if entries:
+            self._placed[key] = (tuple(entries), attempt.ended_at)
+
+    def _remove(self, key: AttemptKey) -> None:
+        index_keys, _ = self._placed.pop(key, ((), None))
+        for index_key in index_keys:
+            spans = self._index.get(index_key)
+            if spans is not None:
+                spans.pop(key, None)
+                if not spans:
+                    del self._index[index_key]
 
     def prune(self, cutoff: datetime) -> int:
         """Forget attempts that ended before `cutoff` (beyond the lateness window)."""
-        gone = [k for k, (nodes, _) in self._placed.items()
-                if (span := self._span(k, nodes)) is not None and span.end is not None
-                and span.end + self.slack < cutoff]
+        gone = [k for k, (_, end) in self._placed.items()
+                if end is not None and end + self.slack < cutoff]
         for key in gone:
-            nodes, filesystems = self._placed.pop(key)
-            for node in nodes:
-                self._nodes[node].pop(key, None)
-            for filesystem in filesystems:
-                self._filesystems[filesystem].pop(key, None)
+            self._remove(key)
         return len(gone)
-
-    def _span(self, key: tuple[str, str, int], nodes: tuple[str, ...]) -> Span | None:
-        for node in nodes:
-            return self._nodes[node].get(key)
-        return None
 
     def attempts(self) -> int:
         return len(self._placed)
 
-    @staticmethod
-    def _covering(spans: dict[tuple[str, str, int], Span] | None, time: datetime,
-                  slack: timedelta) -> list[Span]:
+    def _covering(self, index_key: str, time: datetime) -> list[Span]:
+        spans = self._index.get(index_key)
         if not spans:
             return []
-        return [spans[k] for k in sorted(spans) if spans[k].covers(time, slack)]
+        return [spans[k] for k in sorted(spans) if spans[k].covers(time, self.slack)]
 
     def on_node(self, node: str, time: datetime) -> list[Span]:
-        return self._covering(self._nodes.get(node), time, self.slack)
+        return self._covering(f"node:{node}", time)
 
     def on_filesystem(self, filesystem: str, time: datetime) -> list[Span]:
-        return self._covering(self._filesystems.get(filesystem), time, self.slack)
+        return self._covering(f"fs:{filesystem}", time)
+
+    def on_queue(self, queue: str, time: datetime) -> list[Span]:
+        return self._covering(f"queue:{queue}", time)
 
 
 _NODE_SCOPES = {Scope.node, Scope.gpu, Scope.nic, Scope.rank}
 _STORAGE_SCOPES = {Scope.filesystem, Scope.target, Scope.path}
 # most specific first: one row per (attempt, event), with the closest link
 _RANK = {"node": 0, "gpu": 0, "nic": 0, "rank": 0, "change": 0, "switch": 1, "target": 2,
-         "filesystem": 2}
+         "filesystem": 2, "queue": 3}
 
 
 def event_filesystem(event: Event, topology: Topology | None) -> str:
@@ -198,6 +204,13 @@ def rows_for(event: Event, membership: Membership, attempt_of_job: int | None,
             key = (span.project, span.job_id, span.attempt)
             if key not in best:
                 best[key] = TimelineRow(*key, event, relation, entity, path)
+    if event.scope == Scope.queue and event.entity:
+        relation = "change" if event.type.startswith("change.") else "queue"
+        for span in membership.on_queue(event.entity, event.time):
+            key = (span.project, span.job_id, span.attempt)
+            if key not in best:
+                best[key] = TimelineRow(*key, event, relation, event.entity,
+                                        f"{event.entity} → {span.job_id}")
     return [best[k] for k in sorted(best)]
 
 
@@ -214,4 +227,6 @@ def lookup_keys(event: Event, topology: Topology | None) -> list[str]:
     filesystem = event_filesystem(event, topology)
     if filesystem:
         keys.append(f"fs:{filesystem}")
+    if event.scope == Scope.queue and event.entity:
+        keys.append(f"queue:{event.entity}")
     return keys

@@ -133,3 +133,18 @@ def test_change_events_are_attributed_as_changes() -> None:
     ])
     assert summary(out.timeline) == [("b", "change", "node-011"),
                                      ("c", "change", "leaf-03 → node-020")]
+
+
+def test_queue_events_reach_waiting_and_running_attempts_of_that_queue() -> None:
+    p = Pipeline(topology=topo())
+    submitted = Event(id="sub", type="job.submitted", source=Source.scheduler, time=T0,
+                      project="p", cluster="c", job_id="w", attributes={"queue": "gpu-large"})
+    p.process([submitted, start("a", 0, nodes(1, 2))])
+    out = p.process([infra("q1", "change.applied", 5, Scope.queue, "gpu-large",
+                           source=Source.change, kind="scheduler_policy"),
+                     infra("q2", "operator.note", 6, Scope.queue, "gpu-large",
+                           source=Source.operator),
+                     infra("q3", "operator.note", 6, Scope.queue, "gpu-small",
+                           source=Source.operator)])
+    assert summary(out.timeline) == [("w", "change", "gpu-large → w"),
+                                     ("w", "queue", "gpu-large → w")]
