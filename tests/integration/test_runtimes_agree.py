@@ -76,3 +76,32 @@ def test_embedded_and_faust_give_identical_timelines(kafka_broker: str, tmp_path
     assert any(rel == "nic" and path.startswith("leaf-05/p9") for _, _, _, rel, _, path
                in embedded_rows)
     assert len(relations) == len(embedded_rows)  # one row per (event, attempt)
+
+
+def test_fabric_scenario_on_faust(kafka_broker: str, tmp_path: Path) -> None:
+    from tests.scenarios.runner import attributed, load
+
+    scenario = load("fabric")
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(yaml.safe_dump(sample.topology()))
+    tag = uuid.uuid4().hex[:8]
+    prefix, app_id = f"s{tag}.", f"scenario-{tag}"
+    settings = Settings(kafka=kafka_broker, topic_prefix=prefix, wire_batch=1)
+    publish_sync(settings, decode(scenario.jsonl(), producer="scenario",
+                                  observed_at=datetime.now(UTC)))
+    worker = Worker(kafka_broker, tmp_path / "faust", prefix, app_id, batch_size=1)
+    worker.env.update({"JOBTRAIL_TOPOLOGY": str(topology), "JOBTRAIL_WIRE_BATCH": "1",
+                       "JOBTRAIL_ATTRIBUTION_SLACK_S": "10"})
+    worker.start()
+    try:
+        wait_caught_up(kafka_broker, app_id, [settings.topic("events")], worker)
+    finally:
+        worker.stop()
+    env = {k: v for k, v in os.environ.items() if k != "JOBTRAIL_KAFKA"}
+    rows = {}
+    for job in scenario.jobs:
+        out = subprocess.run([*JOBTRAIL, "--home", str(tmp_path / "faust"), "timeline", job,
+                              "--project", scenario.project, "--json"], capture_output=True,
+                             text=True, timeout=120, check=True, env=env)
+        rows[job] = [json.loads(line) for line in out.stdout.splitlines()]
+    assert attributed(rows) == scenario.expect
