@@ -329,7 +329,7 @@ class Store:
                  since: datetime | None = None, until: datetime | None = None,
                  limit: int = 10_000) -> list[dict[str, Any]]:
         """The job's cross-system timeline, oldest first, bound to the caller's project."""
-        return self._dicts(
+        rows = self._dicts(
             "SELECT time, attempt, event_id, source, type, severity, relation, entity, "
             "link_path, scope, node, message, attributes FROM job_timeline FINAL "
             "WHERE project = {project:String} AND job_id = {job_id:String} "
@@ -339,6 +339,9 @@ class Store:
             project=project, job_id=job_id, attempt=-1 if attempt is None else attempt,
             since=since or datetime(1970, 1, 1, tzinfo=UTC),
             until=until or datetime(2200, 1, 1, tzinfo=UTC), limit=limit)
+        for row in rows:
+            row["attributes"] = json.loads(row["attributes"] or "{}")
+        return rows
 
     def attempts_at(self, projects: Sequence[str], at: datetime, *,
                     nodes: Sequence[str] = (), filesystem: str = "") -> list[Attempt]:
