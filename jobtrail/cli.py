@@ -48,11 +48,19 @@ def _print_dead_letters(letters: list[Any]) -> None:
 
 
 def _ingest_text(settings: Settings, text: str, *, producer: str, origin: str,
-                 topology: Any = None) -> None:
+                 topology: Any = None, adapter: str = "canonical",
+                 context: dict[str, Any] | None = None) -> None:
     from ingest.canonical import decode
 
     started = time.monotonic()
-    decoded = decode(text, producer=producer, observed_at=datetime.now(UTC), origin=origin)
+    now = datetime.now(UTC)
+    if adapter == "canonical":
+        decoded = decode(text, producer=producer, observed_at=now, origin=origin)
+    else:
+        from ingest.adapters import Context, registry, run
+
+        ctx = Context(producer=producer, observed_at=now, origin=origin, **(context or {}))
+        decoded = run(registry()[adapter], text, ctx)
     if settings.cluster_mode:
         from jobtrail.kafka_io import publish_sync
         from schemas.dead_letters import DeadLetter
@@ -72,13 +80,30 @@ def _ingest_text(settings: Settings, text: str, *, producer: str, origin: str,
     _print_dead_letters(result.dead_letters)
 
 
+def _formats() -> list[str]:
+    from ingest.adapters import registry
+
+    return ["canonical", *sorted(registry())]
+
+
 @main.command()
 @click.argument("file", type=click.File("r"))
+@click.option("--format", "fmt", type=click.Choice(_formats()), default="canonical",
+              help="Source adapter (docs/adapters.md); canonical = our JSON events")
 @click.option("--producer", default="file", help="Producer name recorded on each event")
+@click.option("--cluster", default="default", help="Cluster, when the payload does not say")
+@click.option("--project", default="", help="For job logs: the job's project")
+@click.option("--job", "job_id", default="", help="For job logs: the job id")
+@click.option("--attempt", type=int, default=None, help="For job logs: the attempt")
+@click.option("--node", default="", help="Node the lines came from, when they do not say")
 @click.pass_context
-def ingest(ctx: click.Context, file: Any, producer: str) -> None:
-    """Ingest canonical events from FILE (JSON lines, a JSON array, or - for stdin)."""
-    _ingest_text(_settings(ctx), file.read(), producer=producer, origin=file.name)
+def ingest(ctx: click.Context, file: Any, fmt: str, producer: str, cluster: str, project: str,
+           job_id: str, attempt: int | None, node: str) -> None:
+    """Ingest FILE (- for stdin): canonical JSON, or a source's own format with --format."""
+    context = {"cluster": cluster, "project": project, "job_id": job_id, "attempt": attempt,
+               "node": node}
+    _ingest_text(_settings(ctx), file.read(), producer=producer, origin=file.name,
+                 adapter=fmt, context=context)
 
 
 def _parse_when(value: str | None) -> datetime | None:

@@ -146,6 +146,33 @@ async def ingest_events(request: web.Request) -> web.Response:
         status=202 if not rejected or len(rejected) < len(decoded) else 422)
 
 
+async def ingest_source(request: web.Request) -> web.Response:
+    """`POST /v1/ingest/{adapter}`: a push source's own payload (Alertmanager webhook, log
+    lines); job context for logs comes from `X-Jobtrail-*` headers."""
+    from ingest.adapters import Context, registry, run
+
+    _token_projects(request)
+    adapter = registry().get(request.match_info["adapter"])
+    if adapter is None:
+        raise web.HTTPNotFound(text='{"error": "no such adapter"}',
+                               content_type="application/json")
+    h = request.headers
+    attempt = h.get("X-Jobtrail-Attempt", "")
+    ctx = Context(producer=h.get("X-Jobtrail-Producer", adapter.name)[:128],
+                  observed_at=datetime.now(UTC), cluster=h.get("X-Jobtrail-Cluster", "default"),
+                  project=h.get("X-Jobtrail-Project", ""), job_id=h.get("X-Jobtrail-Job", ""),
+                  attempt=int(attempt) if attempt.isdigit() else None,
+                  node=h.get("X-Jobtrail-Node", ""), origin="body")
+    decoded = run(adapter, await request.read(), ctx)
+    telemetry.emit("events_received", len(decoded), channel=f"http.{adapter.name}")
+    await request.app[BACKEND].submit(decoded)
+    rejected = [{"ref": d.event_ref, "field": d.field, "reason": d.reason}
+                for d in decoded if isinstance(d, DeadLetter)]
+    return web.json_response({"accepted": len(decoded) - len(rejected),
+                              "dead_lettered": len(rejected), "rejected": rejected},
+                             status=202)
+
+
 def _query_time(request: web.Request, key: str) -> datetime | None:
     raw = request.query.get(key)
     if not raw:
@@ -270,6 +297,7 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
 
     app.cleanup_ctx.append(lifecycle)
     app.router.add_post("/v1/events", ingest_events)
+    app.router.add_post("/v1/ingest/{adapter}", ingest_source)
     app.router.add_get("/v1/jobs/{job_id}/timeline", job_timeline)
     app.router.add_get("/v1/where", where)
     app.router.add_get("/v1/jobs/{job_id}/attempts/{attempt}", attempt_resources)

@@ -168,3 +168,21 @@ def test_membership_queries_over_http(store: Store, tmp_path: Path) -> None:
         assert "node.xid" in {r["type"] for r in (await ent.json())["rows"]}
 
     _serve(settings, backend, scenario)
+
+
+def test_alertmanager_webhook_route(store: Store, tmp_path: Path) -> None:
+    backend = _Backend(store, tmp_path)
+    body = (Path(__file__).parent / "ingest/fixtures/alertmanager/"
+            "ib_port_down_firing_and_resolved.json").read_bytes()
+
+    async def scenario(client: aiohttp.ClientSession) -> None:
+        resp = await client.post("/v1/ingest/alertmanager", data=body)
+        assert resp.status == 202
+        result = await resp.json()
+        assert (result["accepted"], result["dead_lettered"]) == (2, 2)
+        assert {r["field"] for r in result["rejected"]} == {"alerts[2].labels.alertname",
+                                                            "alerts[3].labels.port"}
+        assert (await client.post("/v1/ingest/nope", data=b"{}")).status == 404
+
+    _serve(Settings(home=tmp_path), backend, scenario)
+    assert store.count("events") == 2 and store.count("dead_letters") == 2

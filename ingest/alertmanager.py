@@ -1,0 +1,145 @@
+"""Prometheus Alertmanager webhook (payload version 4) -> canonical events.
+
+One payload groups alerts; each alert becomes one event. The mapping from `alertname` to our
+type, scope and entity is data (`DEFAULT_MAPPING`, overridable with a YAML file of the same
+shape, see docs/adapters.md). A resolved alert maps to the entry's `resolved_type` (e.g.
+`network.port_up`) or, without one, to the firing type with `attributes.resolved = true`.
+Ids: `am-<fingerprint>-<startsAt>-<status>`, so redelivered webhooks are the same events.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.canonical import ParseError
+
+DEFAULT_MAPPING: dict[str, dict[str, Any]] = {
+    "IBPortDown": {"type": "network.port_down", "resolved_type": "network.port_up",
+                   "scope": "port", "entity": "{switch}/{port}",
+                   "attributes": {"switch": "{switch}", "port": "{port}"}},
+    "IBLinkErrors": {"type": "network.link_errors", "scope": "port", "entity": "{switch}/{port}",
+                     "attributes": {"switch": "{switch}", "port": "{port}"}},
+    "NodeNotReady": {"type": "node.not_ready", "resolved_type": "node.ready", "scope": "node",
+                     "entity": "{node}"},
+    "GPUXidError": {"type": "node.xid", "scope": "gpu", "entity": "{node}/gpu{gpu}",
+                    "node": "{node}", "attributes": {"xid": "{xid}", "gpu": "{gpu}"}},
+    "GPUEccErrors": {"type": "node.ecc", "scope": "gpu", "entity": "{node}/gpu{gpu}",
+                     "node": "{node}", "attributes": {"gpu": "{gpu}"}},
+    "LustreOSTLatencyHigh": {"type": "storage.latency", "scope": "target",
+                             "entity": "{filesystem}-{target}",
+                             "attributes": {"filesystem": "{filesystem}", "target": "{target}",
+                                            "latency_ms": "{value}"}},
+    "FilesystemAlmostFull": {"type": "storage.capacity", "scope": "filesystem",
+                             "entity": "{filesystem}",
+                             "attributes": {"filesystem": "{filesystem}", "used_pct": "{value}"}},
+}
+
+_FIELD = re.compile(r"\{(\w+)\}")
+_SEVERITY = {"critical": "critical", "page": "critical", "error": "error", "warning": "warning",
+             "info": "info", "none": "info"}
+
+
+def load_mapping(path: Path) -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the mapping is an object keyed by alertname")
+    for name, entry in data.items():
+        if not isinstance(entry, dict) or "type" not in entry:
+            raise ValueError(f"{path}: {name}: each entry needs a `type`")
+    return data
+
+
+def _fill(template: Any, labels: dict[str, str], where: str) -> Any:
+    if isinstance(template, dict):
+        return {k: _fill(v, labels, f"{where}.{k}") for k, v in template.items()}
+    if not isinstance(template, str):
+        return template
+    missing = [name for name in _FIELD.findall(template) if name not in labels]
+    if missing:
+        raise ParseError(f"labels.{missing[0]}", f"needed by the mapping for {where}")
+    value = _FIELD.sub(lambda m: labels[m.group(1)], template)
+    whole = _FIELD.fullmatch(template)
+    if whole:  # a bare "{x}" keeps numbers numeric
+        try:
+            return json.loads(value) if re.fullmatch(r"-?\d+(\.\d+)?", value) else value
+        except ValueError:
+            return value
+    return value
+
+
+def _alert(alert: Any, i: int, payload: dict[str, Any], ctx: Context,
+           mapping: dict[str, dict[str, Any]]) -> dict[str, Any] | Reject:
+    where = f"alerts[{i}]"
+    if not isinstance(alert, dict):
+        return Reject(where, "an alert must be an object", raw_evidence(alert))
+    labels = {**payload.get("commonLabels", {}), **(alert.get("labels") or {})}
+    labels = {str(k): str(v) for k, v in labels.items()}
+    name = labels.get("alertname")
+    if not name:
+        return Reject(f"{where}.labels.alertname", "missing", raw_evidence(alert))
+    entry = mapping.get(name)
+    if entry is None:
+        return Reject(f"{where}.labels.alertname",
+                      f"no mapping for alert {name!r} (add it to the mapping file)",
+                      raw_evidence(alert))
+    status = str(alert.get("status") or payload.get("status") or "firing")
+    resolved = status == "resolved"
+    annotations = {**payload.get("commonAnnotations", {}), **(alert.get("annotations") or {})}
+    try:
+        time = alert["endsAt"] if resolved else alert["startsAt"]
+    except KeyError as exc:
+        return Reject(f"{where}.{exc.args[0]}", "missing", raw_evidence(alert))
+    try:
+        attributes = _fill(entry.get("attributes", {}), labels, "attributes")
+        entity = _fill(entry.get("entity", ""), labels, "entity")
+        node = _fill(entry.get("node", ""), labels, "node")
+    except ParseError as exc:
+        return Reject(f"{where}.{exc.field}", exc.reason, raw_evidence(alert))
+    kind = entry["type"]
+    if resolved:
+        kind = entry.get("resolved_type", kind)
+        if "resolved_type" not in entry:
+            attributes["resolved"] = True
+    attributes.update({"alertname": name, "status": status,
+                       "fingerprint": alert.get("fingerprint", ""),
+                       "raw": raw_evidence(alert)})
+    fingerprint = alert.get("fingerprint") or f"{name}-{entity}"
+    severity = "info" if resolved else _SEVERITY.get(labels.get("severity", ""), "warning")
+    record: dict[str, Any] = {
+        "id": f"am-{fingerprint}-{alert.get('startsAt')}-{status}", "type": kind,
+        "time": time, "severity": severity, "scope": entry.get("scope"),
+        "entity": entity or None, "node": node or None,
+        "message": str(annotations.get("summary") or annotations.get("description") or name),
+        "attributes": attributes,
+    }
+    if labels.get("cluster"):
+        record["cluster"] = labels["cluster"]
+    if labels.get("project"):
+        record["project"] = labels["project"]
+    return record
+
+
+def parse(text: str, ctx: Context,
+          mapping: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any] | Reject]:
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
+        raise ParseError("", f"not JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise ParseError("", "the webhook body must be a JSON object")
+    if str(payload.get("version", "4")) != "4":
+        raise ParseError("version", f"unsupported payload version {payload.get('version')!r}")
+    alerts = payload.get("alerts")
+    if not isinstance(alerts, list):
+        raise ParseError("alerts", "missing or not a list")
+    table = mapping or DEFAULT_MAPPING
+    return [_alert(alert, i, payload, ctx, table) for i, alert in enumerate(alerts)]
+
+
+ADAPTER = Adapter("alertmanager", parse, doc="Prometheus Alertmanager webhook v4")

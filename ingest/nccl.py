@@ -1,0 +1,169 @@
+"""Training-process logs (from a log shipper) -> job events.
+
+Recognised, one line at a time unless noted (docs/adapters.md has an example of each):
+- NCCL watchdog timeouts, new and old wording, with or without SeqNum, truncated lines too
+  -> `comm.nccl_timeout` (rank, seq_num, op_type, timeout_ms, ran_ms);
+- `NCCL WARN NET/IB` completion errors and ncclSystemError/ncclInternalError/ncclRemoteError
+  -> `comm.nccl_error`;
+- torchrun/torchelastic `ChildFailedError` blocks (multi-line: the "Root Cause" section with
+  host, rank, exitcode, time) -> `job.worker_exited` with `root_cause = true`;
+- CUDA out of memory -> `job.oom`;
+- checkpoint save/load lines of PyTorch Lightning, NeMo and DeepSpeed, with the step from the
+  line or the path -> `checkpoint.saved` / `checkpoint.restored`;
+- progress lines in the documented default format `step=<int> [loss=<float>]
+  [step_time=<float>s] [samples_per_s=<float>]` -> `job.step`.
+The shipper names the job (project, job id, attempt) and the node; a line's own ISO timestamp
+(`2026-11-30T08:57:30Z`, or Python logging's `2026-11-30 08:57:30,123`) is its time, else the
+time it was observed. Unrecognised lines are not events and are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ingest.adapters import Adapter, Context, Reject, raw_evidence
+
+_TS = re.compile(r"^\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
+                 r"(?:Z|[+-]\d\d:?\d\d)?)\]?")
+_WATCHDOG = re.compile(
+    r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: WorkNCCL\("
+    r"(?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:[^)]*?Timeout\(ms\)=(?P<timeout>\d+))?"
+    r"(?:[^)]*\) ran for (?P<ran>\d+) milliseconds)?")
+_NET_IB = re.compile(r"(?:\[(?P<dev>\d+)\] )?NCCL WARN NET/IB ?: ?(?P<msg>.+)")
+_NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)?)Error)")
+_OOM = re.compile(r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]iB))?"
+                  r"(?:.*?\(GPU (?P<gpu>\d+))?")
+_ROOT = re.compile(r"Root Cause \(first observed failure\)")
+_KV = re.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file)\s*:\s*(?P<v>.+?)\s*$")
+_SAVE = re.compile(r"(?:saving model to|Saving model checkpoint:|Saving checkpoint to|"
+                   r"saved checkpoint to|Saving checkpoint:)\s*'?(?P<path>[^'\s]+)'?", re.I)
+_LOAD = re.compile(r"(?:Restoring states from the checkpoint path at|Loading checkpoint:|"
+                   r"Restoring checkpoint from|loaded checkpoint from)\s*'?(?P<path>[^'\s]+)'?",
+                   re.I)
+_STEP_IN = re.compile(r"(?:global[ _]step|step)[=_ -]?(?P<step>\d+)", re.I)
+_PROGRESS = re.compile(r"(?:^|\s)step=(?P<step>\d+)(?P<rest>(?:\s+\w+=\S+)*)")
+
+
+def _time(line: str, ctx: Context) -> tuple[str, str]:
+    match = _TS.match(line.strip())
+    if match:
+        return match.group("ts").replace(",", ".").replace(" ", "T", 1), "line"
+    return ctx.observed_at.isoformat(), "observed"
+
+
+def _num(value: str) -> float | None:
+    try:
+        return float(value.rstrip("s"))
+    except ValueError:
+        return None
+
+
+class _Lines:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.out: list[dict[str, Any] | Reject] = []
+
+    def emit(self, line: str, type_: str, attributes: dict[str, Any], *, severity: str = "info",
+             scope: str | None = None, entity: str | None = None, node: str | None = None,
+             time: str | None = None) -> None:
+        when, source = (time, "line") if time else _time(line, self.ctx)
+        record: dict[str, Any] = {
+            "type": type_, "time": when, "severity": severity, "project": self.ctx.project,
+            "job_id": self.ctx.job_id, "message": line.strip()[:500],
+            "attributes": {**attributes, "time_source": source, "raw": raw_evidence(line)},
+        }
+        if self.ctx.attempt is not None:
+            record["attempt"] = self.ctx.attempt
+        node = node or self.ctx.node or None
+        record.update({k: v for k, v in (("scope", scope), ("entity", entity), ("node", node))
+                       if v})
+        self.out.append(record)
+
+
+def _root_cause(lines: list[str], start: int) -> tuple[dict[str, str], int]:
+    """Key/values of a torchelastic Root Cause section; returns them and the next index."""
+    found: dict[str, str] = {}
+    i = start
+    while i < len(lines) and i < start + 14:
+        match = _KV.match(lines[i])
+        if match:
+            found[match.group("k")] = match.group("v")
+        elif found and lines[i].strip().startswith("="):
+            break
+        i += 1
+    return found, i
+
+
+def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
+    if not (ctx.project and ctx.job_id):
+        return [Reject("job_id", "training logs need the shipper to name project and job "
+                       "(--project/--job, or X-Jobtrail-Project/-Job headers)",
+                       raw_evidence(text[:1000]))]
+    lines = text.splitlines()
+    sink = _Lines(ctx)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if _ROOT.search(line):
+            kv, i = _root_cause(lines, i)
+            rank = re.match(r"(\d+)", kv.get("rank", ""))
+            code = re.match(r"(-?\d+)", kv.get("exitcode", ""))
+            when = kv.get("time", "").replace("_", "T") or None
+            attrs: dict[str, Any] = {"root_cause": True}
+            if rank:
+                attrs["rank"] = int(rank.group(1))
+            if code:
+                attrs["exit_code"] = int(code.group(1))
+            host = kv.get("host")
+            sink.emit(line + "\n" + "\n".join(f"{k}: {v}" for k, v in kv.items()),
+                      "job.worker_exited", attrs, severity="error", scope="rank",
+                      entity=f"rank-{attrs['rank']}" if "rank" in attrs else None, node=host,
+                      time=when)
+            continue
+        if match := _WATCHDOG.search(line):
+            attrs = {"op_type": match.group("op")}
+            for key, group in (("rank", "rank"), ("seq_num", "seq"), ("timeout_ms", "timeout"),
+                               ("ran_ms", "ran")):
+                if match.group(group):
+                    attrs[key] = int(match.group(group))
+            sink.emit(line, "comm.nccl_timeout", attrs, severity="error", scope="rank",
+                      entity=f"rank-{attrs['rank']}" if "rank" in attrs else None)
+        elif match := _NET_IB.search(line):
+            sink.emit(line, "comm.nccl_error", {"error": "NET/IB", "detail": match.group("msg"),
+                                                 "device": match.group("dev") or ""},
+                      severity="error")
+        elif match := _NCCL_ERR.search(line):
+            sink.emit(line, "comm.nccl_error", {"error": match.group("err")}, severity="error")
+        elif match := _OOM.search(line):
+            attrs = {"kind": "cuda"}
+            if match.group("size"):
+                attrs["requested"] = match.group("size")
+            if match.group("gpu"):
+                attrs["gpu"] = match.group("gpu")
+            sink.emit(line, "job.oom", attrs, severity="error")
+        elif (match := _SAVE.search(line)) or (match := _LOAD.search(line)):
+            saving = bool(_SAVE.search(line))
+            path = match.group("path")
+            step = _STEP_IN.search(line[:match.start()]) or _STEP_IN.search(path)
+            if step is None:
+                sink.out.append(Reject("attributes.step", "checkpoint line without a step "
+                                       "in the line or the path", raw_evidence(line)))
+                continue
+            sink.emit(line, "checkpoint.saved" if saving else "checkpoint.restored",
+                      {"step": int(step.group("step")), "path": path}, scope="path",
+                      entity=path)
+        elif match := _PROGRESS.search(line):
+            attrs = {"step": int(match.group("step"))}
+            for pair in match.group("rest").split():
+                key, _, value = pair.partition("=")
+                number = _num(value)
+                if key in ("loss", "step_time", "samples_per_s") and number is not None:
+                    attrs["step_time_s" if key == "step_time" else key] = number
+            sink.emit(line, "job.step", attrs)
+    return sink.out
+
+
+ADAPTER = Adapter("training-log", parse, doc="NCCL, torchrun, CUDA OOM, checkpoint and step "
+                  "lines from training logs", line_oriented=True)

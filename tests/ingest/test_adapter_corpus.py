@@ -1,0 +1,36 @@
+"""Every fixture through the full pipeline: stored + dead-lettered = what the adapter read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ingest.adapters import Context, registry, run
+from jobtrail.store import Store
+from processors.pipeline import Pipeline
+from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
+from processors.runtime.sink import Sink
+from schemas.dead_letters import DeadLetter
+from schemas.events import Event
+from tests.conftest import OBSERVED
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CORPUS = sorted(p for p in FIXTURES.glob("*/*") if p.parent.name in registry())
+
+
+@pytest.mark.parametrize("fixture", CORPUS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_nothing_lost(store: Store, tmp_path: Path, fixture: Path) -> None:
+    ctx = Context(producer="corpus", observed_at=OBSERVED, cluster="cluster-a",
+                  project="llm-pretrain", job_id="job-7b-001", attempt=1, node="node-041",
+                  origin=fixture.name)
+    results = run(registry()[fixture.parent.name], fixture.read_text(), ctx)
+    events = {r.id for r in results if isinstance(r, Event)}
+    letters = {r.id for r in results if isinstance(r, DeadLetter)}
+    assert events, "each fixture yields at least one event"
+    runner = EmbeddedRunner(Sink(store, Pipeline()), EmbeddedLog(tmp_path / "log"))
+    runner.submit(results)
+    runner.drain()
+    assert store.count("events") == len(events)
+    assert store.count("dead_letters") == len(letters)
+    assert store.stored_ids([r for r in results if isinstance(r, Event)]) == events

@@ -1,0 +1,101 @@
+"""Adapters, field by field, on fixtures written from the formats' documentation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ingest.adapters import Context, registry, run
+from schemas.dead_letters import DeadLetter
+from schemas.events import Event
+from tests.conftest import OBSERVED
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _run(adapter: str, fixture: str, **ctx: object) -> tuple[list[Event], list[DeadLetter]]:
+    context = Context(producer=f"{adapter}@test", observed_at=OBSERVED, origin=fixture,
+                      **ctx)  # type: ignore[arg-type]
+    results = run(registry()[adapter], (FIXTURES / adapter / fixture).read_text(), context)
+    events = [r for r in results if isinstance(r, Event)]
+    dead = [r for r in results if isinstance(r, DeadLetter)]
+    return events, dead
+
+
+def test_alertmanager_firing_resolved_and_partial_payload() -> None:
+    events, dead = _run("alertmanager", "ib_port_down_firing_and_resolved.json")
+    assert [(e.type, e.entity, e.severity.value, e.cluster) for e in events] == [
+        ("network.port_down", "leaf-05/p9", "critical", "cluster-a"),
+        ("network.port_up", "leaf-05/p3", "info", "cluster-a")]
+    down, up = events
+    assert down.time.isoformat() == "2026-11-30T08:57:28.123000+00:00"
+    assert up.time.isoformat() == "2026-11-30T07:04:10+00:00"  # a resolution is its end
+    assert down.attributes["switch"] == "leaf-05" and down.attributes["port"] == "p9"
+    assert down.id == "am-c0ffee01-2026-11-30T08:57:28.123Z-firing"
+    assert down.message == "leaf-05 port p9 is down"
+    assert '"fingerprint": "c0ffee01"' in down.attributes["raw"]
+    # the unknown alert and the alert missing a label are dead-lettered, named
+    assert [(d.field, d.stage) for d in dead] == [
+        ("alerts[2].labels.alertname", "adapter.alertmanager"),
+        ("alerts[3].labels.port", "adapter.alertmanager")]
+    assert "FanSpeedLow" in dead[0].reason and "hunter2pw" not in dead[0].payload
+    again, _ = _run("alertmanager", "ib_port_down_firing_and_resolved.json")
+    assert [e.id for e in again] == [e.id for e in events]
+
+
+def test_xid_lines_with_catalog_and_awkward_prefixes() -> None:
+    events, dead = _run("xid", "kernel_mixed.log", cluster="cluster-a", node="node-shipper")
+    assert [(e.attributes["xid"], e.node, e.attributes["class"], e.severity.value)
+            for e in events] == [(79, "node-041", "gpu_hardware", "critical"),
+                                 (48, "node-017", "gpu_hardware", "critical"),
+                                 (94, "node-shipper", "gpu_hardware", "error")]
+    xid79, xid48, xid94 = events
+    assert xid79.time.isoformat() == "2026-11-30T08:57:34+00:00"  # syslog: no year, no zone
+    assert xid79.entity == "node-041/pci-0000:9b:00" and xid79.scope.value == "gpu"
+    assert "drain the node" in xid79.attributes["action"]
+    assert xid48.time.isoformat() == "2026-11-30T09:12:01.500000+00:00"
+    assert xid94.attributes["time_source"] == "observed" and xid94.time == OBSERVED
+    assert [(d.field, d.event_ref) for d in dead] == [("line", "kernel_mixed.log:5")]
+
+
+def test_training_log_lines() -> None:
+    events, dead = _run("training-log", "rank_failure.log", cluster="cluster-a",
+                        project="llm-pretrain", job_id="job-7b-001", attempt=1, node="node-041")
+    got = [(e.type, e.attributes.get("rank"), e.attributes.get("step")) for e in events]
+    assert got == [
+        ("job.step", None, 2200),
+        ("comm.nccl_timeout", 320, None),
+        ("comm.nccl_timeout", 8, None),
+        ("comm.nccl_timeout", 16, None),
+        ("comm.nccl_error", None, None),
+        ("comm.nccl_error", None, None),
+        ("job.worker_exited", 320, None),
+        ("checkpoint.saved", None, 2000),
+        ("checkpoint.saved", None, 2000),
+        ("checkpoint.restored", None, 2000),
+        ("job.oom", None, None),
+    ]
+    step, new, old, truncated, ib, system, exited, lightning, deepspeed, restored, oom = events
+    assert step.attributes["loss"] == 2.761 and step.attributes["step_time_s"] == 1.21
+    assert step.time.isoformat() == "2026-11-30T08:56:10.001000+00:00"
+    assert (new.attributes["seq_num"], new.attributes["op_type"], new.attributes["timeout_ms"],
+            new.attributes["ran_ms"]) == (88121, "ALLREDUCE", 600000, 600041)
+    assert "seq_num" not in old.attributes and old.attributes["timeout_ms"] == 1800000
+    assert truncated.attributes["seq_num"] == 88121 and "ran_ms" not in truncated.attributes
+    assert ib.attributes["error"] == "NET/IB" and "error 12" in ib.attributes["detail"]
+    assert system.attributes["error"] == "ncclSystemError"
+    assert exited.node == "node-041" and exited.attributes["exit_code"] == 1
+    assert exited.attributes["root_cause"] is True
+    assert exited.time.isoformat() == "2026-11-30T08:57:50+00:00"
+    assert lightning.attributes["path"].endswith("step-2000.ckpt")
+    assert deepspeed.attributes["path"].endswith("global_step2000/mp_rank_00_model_states.pt")
+    assert restored.attributes["path"].endswith("mp_rank_00_model_states.pt")
+    assert oom.attributes["requested"] == "2.00 GiB" and oom.attributes["gpu"] == "3"
+    assert all(e.project == "llm-pretrain" and e.attempt == 1 for e in events)
+    # a checkpoint line without a step is dead-lettered, not guessed
+    assert [d.field for d in dead] == ["attributes.step"]
+    assert "abcdefghijklmnop1234" not in "".join(e.to_json() for e in events)
+
+
+def test_training_log_without_job_context_is_rejected_whole() -> None:
+    events, dead = _run("training-log", "rank_failure.log")
+    assert events == [] and [d.field for d in dead] == ["job_id"]
