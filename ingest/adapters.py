@@ -88,7 +88,7 @@ def run(adapter: Adapter, raw: bytes | str, ctx: Context) -> list[Decoded]:
 
 
 def registry() -> dict[str, Adapter]:
-    from ingest import alertmanager, nccl, xid
+    from ingest import alertmanager, nccl, slurm, xid
 
-    adapters = [alertmanager.ADAPTER, xid.ADAPTER, nccl.ADAPTER]
+    adapters = [alertmanager.ADAPTER, xid.ADAPTER, nccl.ADAPTER, slurm.ADAPTER]
     return {a.name: a for a in adapters}

@@ -99,3 +99,42 @@ def test_training_log_lines() -> None:
 def test_training_log_without_job_context_is_rejected_whole() -> None:
     events, dead = _run("training-log", "rank_failure.log")
     assert events == [] and [d.field for d in dead] == ["job_id"]
+
+
+def test_slurm_sacct_node_fail_requeue_and_versions() -> None:
+    from ingest.slurm import expand_hostlist
+
+    assert expand_hostlist("node-[001-003,010],gpu7") == [
+        "node-001", "node-002", "node-003", "node-010", "gpu7"]
+    events, dead = _run("slurm", "sacct_node_fail_requeue.json", cluster="fallback")
+    assert [(e.job_id, e.type, e.attempt, e.project) for e in events] == [
+        ("4242", "job.submitted", 2, "llm-pretrain"),
+        ("4242", "job.started", 2, "llm-pretrain"),
+        ("4242", "job.failed", 2, "llm-pretrain"),
+        ("4243", "job.submitted", 1, "llm-eval"),
+        ("4243", "job.started", 1, "llm-eval"),
+        ("4243", "job.completed", 1, "llm-eval"),
+        ("4244", "job.submitted", 1, "llm-eval"),
+    ]
+    submitted, started, failed = events[:3]
+    assert submitted.attributes["gpus"] == 32 and submitted.attributes["queue"] == "gpu-large"
+    assert started.attributes["nodes"] == ["node-001", "node-002", "node-003", "node-010"]
+    assert started.time.isoformat() == "2026-11-30T08:12:00+00:00"
+    assert (failed.attributes["exit_code"], failed.attributes["reason"]) == (1, "NODE_FAIL")
+    assert failed.cluster == "cluster-a" and failed.id == "slurm-cluster-a-4242-2-job.failed"
+    assert events[5].attributes["exit_code"] == 0 and events[5].cluster == "fallback"
+    assert [(d.field, d.reason) for d in dead] == [
+        ("jobs[2].state", "slurm: unknown Slurm state 'WEIRD_STATE'")]
+
+
+def test_squeue_pending_reasons() -> None:
+    events, dead = _run("slurm", "squeue_pending_reasons.json", cluster="cluster-a")
+    pending = [(e.job_id, e.attributes["reason"]) for e in events if e.type == "job.pending"]
+    assert pending == [("5001", "QOSMaxGRESPerUser"),
+                       ("5002", "ReqNodeNotAvail, UnavailableNodes:node-041")]
+    # 5003 has no account and no project from the shipper: rejected, named
+    assert [d.field for d in dead] == ["jobs[2].account"]
+    events, dead = _run("slurm", "squeue_pending_reasons.json", project="shared")
+    assert {e.project for e in events} == {"shared"} and dead == []
+    assert [e.attributes["nodes"] for e in events if e.type == "job.started"] == [
+        ["node-030", "node-031"]]
