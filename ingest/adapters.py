@@ -88,7 +88,8 @@ def run(adapter: Adapter, raw: bytes | str, ctx: Context) -> list[Decoded]:
 
 
 def registry() -> dict[str, Adapter]:
-    from ingest import alertmanager, nccl, slurm, xid
+    from ingest import alertmanager, kubernetes, nccl, slurm, xid
 
-    adapters = [alertmanager.ADAPTER, xid.ADAPTER, nccl.ADAPTER, slurm.ADAPTER]
+    adapters = [alertmanager.ADAPTER, xid.ADAPTER, nccl.ADAPTER, slurm.ADAPTER,
+                kubernetes.ADAPTER]
     return {a.name: a for a in adapters}

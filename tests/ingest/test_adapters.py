@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ingest.adapters import Context, registry, run
@@ -138,3 +139,35 @@ def test_squeue_pending_reasons() -> None:
     assert {e.project for e in events} == {"shared"} and dead == []
     assert [e.attributes["nodes"] for e in events if e.type == "job.started"] == [
         ["node-030", "node-031"]]
+
+
+def test_kubernetes_events_both_apis() -> None:
+    from ingest.kubernetes import job_of_pod
+
+    assert job_of_pod("pretrain-7b-worker-3") == "pretrain-7b"
+    assert job_of_pod("pretrain-7b-master-0") == "pretrain-7b"
+    events, dead = _run("kubernetes", "event_list_scheduling_preemption.json",
+                        cluster="cluster-a")
+    assert [(e.type, e.project, e.job_id, e.entity) for e in events] == [
+        ("job.pending", "llm-pretrain", "pretrain-7b", "pretrain-7b-worker-3"),
+        ("job.preempted", "llm-pretrain", "pretrain-7b", "pretrain-7b-worker-3"),
+        ("node.not_ready", "", None, "node-041")]
+    pending, preempted, not_ready = events
+    assert pending.attributes["reason"] == "Insufficient nvidia.com/gpu; untolerated taint"
+    assert pending.time.isoformat() == "2026-11-30T08:03:05+00:00" and pending.id == "k8s-u-1-3"
+    assert preempted.node == "node-041" and preempted.attributes["reason"] == "Preempted"
+    assert not_ready.time.isoformat() == "2026-11-30T08:58:00+00:00"
+    assert [(d.field, d.reason) for d in dead] == [
+        ("items[3].reason", "kubernetes: no mapping for reason 'Pulled'")]
+
+
+def test_kubernetes_watch_lines() -> None:
+    from ingest.adapters import Context, registry, run
+
+    event = json.loads((FIXTURES / "kubernetes/event_list_scheduling_preemption.json")
+                       .read_text())["items"][2]
+    lines = "\n".join(json.dumps({"type": t, "object": event}) for t in ("ADDED", "MODIFIED"))
+    results = run(registry()["kubernetes"], lines,
+                  Context(producer="k", observed_at=OBSERVED, cluster="c"))
+    assert [type(r).__name__ for r in results] == ["Event", "Event"]
+    assert results[0].id == results[1].id  # the same event seen twice: one id

@@ -1,0 +1,137 @@
+"""Kubernetes Event objects (core/v1 and events.k8s.io/v1) -> canonical events.
+
+Accepts one Event, an EventList (`items`), or watch lines (`{"type": "ADDED", "object": ...}`,
+one per line). Reasons mapped (others are dead-lettered with the reason named, so a new one
+is seen, not lost):
+
+| reason | regarding | type |
+|---|---|---|
+| FailedScheduling | Pod | `job.pending` (reason from the message) |
+| Preempted, Preempting, Evicted | Pod | `job.preempted` |
+| BackOff, Killing | Pod | `job.worker_exited` |
+| OOMKilling | Pod or Node | `job.oom` (Pod) / dead letter without a job |
+| NodeNotReady | Node or Pod | `node.not_ready` |
+
+Job: the shipper's job id, else the pod name without its Kubeflow/torchrun role suffix
+(`pretrain-7b-worker-3` -> `pretrain-7b`). Project: the namespace unless the shipper names
+one. Time: `eventTime`, else `lastTimestamp`, else `firstTimestamp`. Id:
+`k8s-<uid>-<count>`, so re-listing events gives the same ids and a repeated event (count
+going up) is a new one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.canonical import ParseError
+
+_ROLE = re.compile(r"-(?:worker|master|launcher|ps|chief|evaluator)(?:-\d+)?$")
+_POD_TYPES = {
+    "FailedScheduling": "job.pending",
+    "Preempted": "job.preempted", "Preempting": "job.preempted", "Evicted": "job.preempted",
+    "BackOff": "job.worker_exited", "Killing": "job.worker_exited", "OOMKilling": "job.oom",
+}
+
+
+def job_of_pod(name: str) -> str:
+    return _ROLE.sub("", name)
+
+
+def _objects(text: str) -> list[Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        lines = [line for line in text.splitlines() if line.strip()]
+        try:
+            value = [json.loads(line) for line in lines]
+        except ValueError as exc:
+            raise ParseError("", f"neither JSON nor JSON lines: {exc}") from None
+    values = value if isinstance(value, list) else [value]
+    out: list[Any] = []
+    for item in values:
+        if isinstance(item, dict) and "object" in item and "type" in item:
+            item = item["object"]  # a watch event
+        if isinstance(item, dict) and isinstance(item.get("items"), list):
+            out.extend(item["items"])
+        else:
+            out.append(item)
+    return out
+
+
+def _event(obj: Any, i: int, ctx: Context) -> dict[str, Any] | Reject:
+    where = f"items[{i}]"
+    if not isinstance(obj, dict) or obj.get("kind", "Event") != "Event":
+        return Reject(f"{where}.kind", "not a Kubernetes Event", raw_evidence(obj))
+    regarding = obj.get("regarding") or obj.get("involvedObject") or {}
+    reason = str(obj.get("reason") or "")
+    message = str(obj.get("note") or obj.get("message") or reason)
+    kind = str(regarding.get("kind") or "")
+    name = str(regarding.get("name") or "")
+    meta = obj.get("metadata") or {}
+    time = obj.get("eventTime") or obj.get("lastTimestamp") or obj.get("firstTimestamp") \
+        or meta.get("creationTimestamp")
+    if not time:
+        return Reject(f"{where}.eventTime", "no eventTime, lastTimestamp or firstTimestamp",
+                      raw_evidence(obj))
+    series = obj.get("series") or {}
+    count = series.get("count") or obj.get("count") or 1
+    uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
+    severity = "warning" if obj.get("type") == "Warning" else "info"
+    record: dict[str, Any] = {
+        "id": f"k8s-{uid}-{count}", "time": time, "severity": severity, "message": message[:500],
+        "attributes": {"k8s_reason": reason, "k8s_object": f"{kind}/{name}", "count": count,
+                       "raw": raw_evidence(obj)},
+    }
+    if reason == "NodeNotReady":
+        node = name if kind == "Node" else str(obj.get("source", {}).get("host") or "")
+        if not node:
+            return Reject(f"{where}.regarding.name", "NodeNotReady without a node",
+                          raw_evidence(obj))
+        record.update({"type": "node.not_ready", "scope": "node", "entity": node,
+                       "node": node})
+        record["attributes"]["reason"] = message[:200]
+        return record
+    type_ = _POD_TYPES.get(reason)
+    if type_ is None:
+        return Reject(f"{where}.reason", f"no mapping for reason {reason!r}", raw_evidence(obj))
+    if kind != "Pod":
+        return Reject(f"{where}.regarding.kind", f"{reason} on a {kind or 'missing kind'}: "
+                      "no job to attach it to", raw_evidence(obj))
+    record.update({"type": type_, "project": ctx.project or str(regarding.get("namespace")
+                                                               or meta.get("namespace") or ""),
+                   "job_id": ctx.job_id or job_of_pod(name), "scope": "rank", "entity": name})
+    host = (obj.get("source") or {}).get("host") or obj.get("reportingInstance")
+    if host and type_ != "job.pending":
+        record["node"] = str(host)
+    if ctx.attempt is not None:
+        record["attempt"] = ctx.attempt
+    if type_ == "job.pending":
+        record["attributes"]["reason"] = _pending_reason(message)
+    elif type_ == "job.preempted":
+        record["attributes"]["reason"] = reason
+    return record
+
+
+def _pending_reason(message: str) -> str:
+    """`0/64 nodes are available: 8 Insufficient nvidia.com/gpu, 56 node(s) had untolerated
+    taint {...}.` -> `Insufficient nvidia.com/gpu; untolerated taint`."""
+    found = []
+    if "Insufficient" in message:
+        found.extend(sorted(set(re.findall(r"Insufficient [\w./-]+", message))))
+    if "taint" in message:
+        found.append("untolerated taint")
+    if "didn't match" in message or "affinity" in message:
+        found.append("node affinity/selector")
+    if "preemption" in message and not found:
+        found.append("waiting for preemption")
+    return "; ".join(found) or message[:200]
+
+
+def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
+    return [_event(obj, i, ctx) for i, obj in enumerate(_objects(text))]
+
+
+ADAPTER = Adapter("kubernetes", parse, doc="Kubernetes Events (core/v1, events.k8s.io/v1)")
