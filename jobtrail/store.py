@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -89,24 +89,6 @@ def _utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def event_row(e: Event) -> list[Any]:
-    return [
-        e.id, e.schema_version, e.type, e.source.value, e.time, e.observed_at or e.time,
-        e.severity.value, e.project, e.cluster, e.job_id or "", e.attempt or 0,
-        e.scope.value if e.scope else "", e.entity or "", e.node or "", e.message,
-        _json(e.attributes), e.producer,
-    ]
-
-
-def timeline_row(r: TimelineRow) -> list[Any]:
-    e = r.event
-    return [
-        r.project, r.job_id, r.attempt, e.time, e.id, e.cluster, e.source.value, e.type,
-        e.severity.value, r.relation, r.entity, r.link_path, e.scope.value if e.scope else "",
-        e.node or "", e.message, _json(e.attributes),
-    ]
 
 
 _JSON_INSERT = {
@@ -405,8 +387,3 @@ class Store:
         close: Callable[[], None] | None = getattr(self.client, "close", None)
         if close is not None and not self.client.__class__.__name__.startswith("Chdb"):
             close()
-
-
-def iter_chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
