@@ -39,10 +39,6 @@ EVENT_COLUMNS = [
     "cluster", "job_id", "attempt", "scope", "entity", "node", "message", "attributes",
     "producer",
 ]
-TIMELINE_COLUMNS = [
-    "project", "job_id", "attempt", "time", "event_id", "cluster", "source", "type", "severity",
-    "relation", "entity", "link_path", "scope", "node", "message", "attributes",
-]
 ATTEMPT_COLUMNS = [
     "project", "cluster", "job_id", "attempt", "state", "outcome", "user", "queue", "priority",
     "submitted_at", "started_at", "ended_at", "queue_wait_s", "pending_reasons", "pending_times",

@@ -97,9 +97,6 @@ class Membership:
             self._remove(key)
         return len(gone)
 
-    def attempts(self) -> int:
-        return len(self._placed)
-
     def _covering(self, index_key: str, time: datetime) -> list[Span]:
         spans = self._index.get(index_key)
         if not spans:
