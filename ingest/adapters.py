@@ -11,9 +11,11 @@ keeps what it understood and dead-letters the rest, each reject naming the adapt
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from ingest.canonical import Decoded, ParseError, _dead, to_event
@@ -60,6 +62,56 @@ def raw_evidence(payload: Any) -> str:
     return redact_text(text[:RAW_LIMIT])
 
 
+_ISO = re.compile(r"^\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
+                  r"(?:Z|[+-]\d\d:?\d\d)?)\]? (?:(?P<host>[\w.-]+) (?=\S+?(?:\[\d+\])?: ))?")
+_SYSLOG = re.compile(r"^(?P<mon>[A-Z][a-z]{2}) +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d) "
+                     r"(?P<host>\S+) ")
+_MONTHS = {m: i for i, m in enumerate(
+    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
+
+
+def line_time(line: str, ctx: Context) -> tuple[str, str, str]:
+    """(time, host, time_source) from a log line's prefix.
+
+    ISO (`2026-11-30T08:57:34.120Z host prog: ...`, `[2026-11-30T08:57:34.120] ...`, Python
+    logging's `2026-11-30 08:57:34,120`) and syslog (`Nov 30 08:57:34 host prog: ...`, no year:
+    the year of `observed_at`). A time without a zone is UTC. Without a prefix the time is when
+    the shipper observed the line and `time_source` says `observed`.
+    """
+    iso = _ISO.match(line)
+    if iso:
+        return (iso.group("ts").replace(",", ".").replace(" ", "T", 1), iso.group("host") or "",
+                "line")
+    syslog = _SYSLOG.match(line)
+    if syslog:
+        hh, mm, ss = (int(x) for x in syslog.group("hms").split(":"))
+        when = datetime(ctx.observed_at.year, _MONTHS[syslog.group("mon")],
+                        int(syslog.group("day")), hh, mm, ss, tzinfo=UTC)
+        return when.isoformat(), syslog.group("host"), "line"
+    return ctx.observed_at.isoformat(), "", "observed"
+
+
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+def fill(template: Any, values: dict[str, str], where: str) -> Any:
+    """Fill `{name}` placeholders of a mapping entry from `values` (labels, data fields).
+
+    A missing name raises ParseError naming it; a bare `"{x}"` keeps a number numeric.
+    """
+    if isinstance(template, dict):
+        return {k: fill(v, values, f"{where}.{k}") for k, v in template.items()}
+    if not isinstance(template, str):
+        return template
+    missing = [name for name in _FIELD.findall(template) if name not in values]
+    if missing:
+        raise ParseError(missing[0], f"needed by the mapping for {where}")
+    value = _FIELD.sub(lambda m: values[m.group(1)], template)
+    if _FIELD.fullmatch(template) and re.fullmatch(r"-?\d+(\.\d+)?", value):
+        return json.loads(value)
+    return value
+
+
 def run(adapter: Adapter, raw: bytes | str, ctx: Context) -> list[Decoded]:
     """Parse with `adapter`, then validate every draft like canonical input."""
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
@@ -87,9 +139,48 @@ def run(adapter: Adapter, raw: bytes | str, ctx: Context) -> list[Decoded]:
     return out
 
 
-def registry() -> dict[str, Adapter]:
-    from ingest import alertmanager, kubernetes, nccl, slurm, xid
+@dataclass(frozen=True)
+class AdapterConfig:
+    """Mapping files for the adapters whose mapping is data (validated when loaded)."""
 
-    adapters = [alertmanager.ADAPTER, xid.ADAPTER, nccl.ADAPTER, slurm.ADAPTER,
-                kubernetes.ADAPTER]
+    alert_mapping: dict[str, dict[str, Any]] | None = None
+    cloudevents_mapping: dict[str, dict[str, Any]] | None = None
+
+    @classmethod
+    def load(cls, alert_mapping: str = "", cloudevents_mapping: str = "") -> AdapterConfig:
+        from ingest import alertmanager, cloudevents
+
+        alerts = None
+        if alert_mapping:
+            # the file's entries add to (and override) the built-in ones
+            alerts = {**alertmanager.DEFAULT_MAPPING,
+                      **alertmanager.load_mapping(Path(alert_mapping))}
+        events = cloudevents.load_mapping(cloudevents_mapping) if cloudevents_mapping else None
+        return cls(alerts, events)
+
+
+def registry(config: AdapterConfig | None = None) -> dict[str, Adapter]:
+    from ingest import (
+        alertmanager,
+        cloudevents,
+        grafana,
+        kubernetes,
+        nccl,
+        node_log,
+        slurm,
+        slurm_text,
+        xid,
+    )
+
+    config = config or AdapterConfig()
+    alerts, events = config.alert_mapping, config.cloudevents_mapping
+    adapters = [
+        replace(alertmanager.ADAPTER,
+                parse=lambda text, ctx: alertmanager.parse(text, ctx, alerts)),
+        replace(grafana.ADAPTER, parse=lambda text, ctx: grafana.parse(text, ctx, alerts)),
+        replace(cloudevents.ADAPTER,
+                parse=lambda text, ctx: cloudevents.parse(text, ctx, events)),
+        xid.ADAPTER, nccl.ADAPTER, node_log.ADAPTER, slurm.ADAPTER, slurm_text.SCONTROL,
+        slurm_text.SLURMCTLD, kubernetes.ADAPTER,
+    ]
     return {a.name: a for a in adapters}

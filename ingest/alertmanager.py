@@ -10,14 +10,14 @@ Ids: `am-<fingerprint>-<startsAt>-<status>`, so redelivered webhooks are the sam
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.adapters import Adapter, Context, Reject, fill, raw_evidence
 from ingest.canonical import ParseError
+from schemas.registry import REGISTRY
 
 DEFAULT_MAPPING: dict[str, dict[str, Any]] = {
     "IBPortDown": {"type": "network.port_down", "resolved_type": "network.port_up",
@@ -40,7 +40,6 @@ DEFAULT_MAPPING: dict[str, dict[str, Any]] = {
                              "attributes": {"filesystem": "{filesystem}", "used_pct": "{value}"}},
 }
 
-_FIELD = re.compile(r"\{(\w+)\}")
 _SEVERITY = {"critical": "critical", "page": "critical", "error": "error", "warning": "warning",
              "info": "info", "none": "info"}
 
@@ -50,36 +49,25 @@ def load_mapping(path: Path) -> dict[str, dict[str, Any]]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the mapping is an object keyed by alertname")
     for name, entry in data.items():
-        if not isinstance(entry, dict) or "type" not in entry:
-            raise ValueError(f"{path}: {name}: each entry needs a `type`")
+        if not isinstance(entry, dict) or entry.get("type") not in REGISTRY:
+            raise ValueError(f"{path}: {name}: `type` must be a jobtrail event type")
+        resolved = entry.get("resolved_type")
+        if resolved is not None and resolved not in REGISTRY:
+            raise ValueError(f"{path}: {name}: `resolved_type` must be a jobtrail event type")
     return data
 
 
-def _fill(template: Any, labels: dict[str, str], where: str) -> Any:
-    if isinstance(template, dict):
-        return {k: _fill(v, labels, f"{where}.{k}") for k, v in template.items()}
-    if not isinstance(template, str):
-        return template
-    missing = [name for name in _FIELD.findall(template) if name not in labels]
-    if missing:
-        raise ParseError(f"labels.{missing[0]}", f"needed by the mapping for {where}")
-    value = _FIELD.sub(lambda m: labels[m.group(1)], template)
-    whole = _FIELD.fullmatch(template)
-    if whole:  # a bare "{x}" keeps numbers numeric
-        try:
-            return json.loads(value) if re.fullmatch(r"-?\d+(\.\d+)?", value) else value
-        except ValueError:
-            return value
-    return value
-
-
-def _alert(alert: Any, i: int, payload: dict[str, Any], ctx: Context,
-           mapping: dict[str, dict[str, Any]]) -> dict[str, Any] | Reject:
+def alert_record(alert: Any, i: int, payload: dict[str, Any], ctx: Context,
+                 mapping: dict[str, dict[str, Any]], prefix: str = "am") -> dict[str, Any] | Reject:
+    """One Alertmanager-shaped alert (also Grafana unified alerting's) -> a draft or a reject."""
     where = f"alerts[{i}]"
     if not isinstance(alert, dict):
         return Reject(where, "an alert must be an object", raw_evidence(alert))
     labels = {**payload.get("commonLabels", {}), **(alert.get("labels") or {})}
     labels = {str(k): str(v) for k, v in labels.items()}
+    values = alert.get("values")  # Grafana unified alerting: {"B": 3, "C": 1}
+    if "value" not in labels and isinstance(values, dict) and values:
+        labels["value"] = str(next(iter(values.values())))
     name = labels.get("alertname")
     if not name:
         return Reject(f"{where}.labels.alertname", "missing", raw_evidence(alert))
@@ -96,11 +84,11 @@ def _alert(alert: Any, i: int, payload: dict[str, Any], ctx: Context,
     except KeyError as exc:
         return Reject(f"{where}.{exc.args[0]}", "missing", raw_evidence(alert))
     try:
-        attributes = _fill(entry.get("attributes", {}), labels, "attributes")
-        entity = _fill(entry.get("entity", ""), labels, "entity")
-        node = _fill(entry.get("node", ""), labels, "node")
+        attributes = fill(entry.get("attributes", {}), labels, "attributes")
+        entity = fill(entry.get("entity", ""), labels, "entity")
+        node = fill(entry.get("node", ""), labels, "node")
     except ParseError as exc:
-        return Reject(f"{where}.{exc.field}", exc.reason, raw_evidence(alert))
+        return Reject(f"{where}.labels.{exc.field}", exc.reason, raw_evidence(alert))
     kind = entry["type"]
     if resolved:
         kind = entry.get("resolved_type", kind)
@@ -112,7 +100,7 @@ def _alert(alert: Any, i: int, payload: dict[str, Any], ctx: Context,
     fingerprint = alert.get("fingerprint") or f"{name}-{entity}"
     severity = "info" if resolved else _SEVERITY.get(labels.get("severity", ""), "warning")
     record: dict[str, Any] = {
-        "id": f"am-{fingerprint}-{alert.get('startsAt')}-{status}", "type": kind,
+        "id": f"{prefix}-{fingerprint}-{alert.get('startsAt')}-{status}", "type": kind,
         "time": time, "severity": severity, "scope": entry.get("scope"),
         "entity": entity or None, "node": node or None,
         "message": str(annotations.get("summary") or annotations.get("description") or name),
@@ -139,7 +127,7 @@ def parse(text: str, ctx: Context,
     if not isinstance(alerts, list):
         raise ParseError("alerts", "missing or not a list")
     table = mapping or DEFAULT_MAPPING
-    return [_alert(alert, i, payload, ctx, table) for i, alert in enumerate(alerts)]
+    return [alert_record(alert, i, payload, ctx, table) for i, alert in enumerate(alerts)]
 
 
 ADAPTER = Adapter("alertmanager", parse, doc="Prometheus Alertmanager webhook v4")

@@ -17,6 +17,9 @@ Job: the shipper's job id, else the pod name without its Kubeflow/torchrun role 
 one. Time: `eventTime`, else `lastTimestamp`, else `firstTimestamp`. Id:
 `k8s-<uid>-<count>`, so re-listing events gives the same ids and a repeated event (count
 going up) is a new one.
+
+Kueue Workloads, Kubeflow training jobs and Volcano PodGroups in the same input are read from
+their status conditions (`ingest/kubernetes_conditions.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import re
 from typing import Any
 
+from ingest import kubernetes_conditions as conditions
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError
 
@@ -131,7 +135,14 @@ def _pending_reason(message: str) -> str:
 
 
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
-    return [_event(obj, i, ctx) for i, obj in enumerate(_objects(text))]
+    out: list[dict[str, Any] | Reject] = []
+    for i, obj in enumerate(_objects(text)):
+        if isinstance(obj, dict) and obj.get("kind") in conditions.KINDS:
+            out.extend(conditions.records(obj, i, ctx))
+        else:
+            out.append(_event(obj, i, ctx))
+    return out
 
 
-ADAPTER = Adapter("kubernetes", parse, doc="Kubernetes Events (core/v1, events.k8s.io/v1)")
+ADAPTER = Adapter("kubernetes", parse, doc="Kubernetes Events (core/v1, events.k8s.io/v1), "
+                  "Kueue Workload, Kubeflow training-job and Volcano PodGroup conditions")

@@ -85,7 +85,7 @@ def _gpus(job: dict[str, Any]) -> int | None:
     return None
 
 
-def _job(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]:
+def job_records(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]:
     where = f"jobs[{i}]"
     if not isinstance(job, dict):
         return [Reject(where, "a job must be an object", raw_evidence(job))]
@@ -155,7 +155,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     jobs = payload.get("jobs") if isinstance(payload, dict) else None
     if not isinstance(jobs, list):
         raise ParseError("jobs", "missing or not a list (expected sacct/squeue --json)")
-    return [record for i, job in enumerate(jobs) for record in _job(job, i, ctx)]
+    return [record for i, job in enumerate(jobs) for record in job_records(job, i, ctx)]
 
 
 ADAPTER = Adapter("slurm", parse, doc="Slurm sacct --json / squeue --json")

@@ -14,10 +14,9 @@ action (from NVIDIA's Xid catalog, summarised).
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
 
 # xid -> (class, recommended action, severity)
 CATALOG: dict[int, tuple[str, str, str]] = {
@@ -45,27 +44,6 @@ CATALOG: dict[int, tuple[str, str, str]] = {
 }
 
 _XID = re.compile(r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, (?P<detail>.*))?")
-_SYSLOG = re.compile(r"^(?P<mon>[A-Z][a-z]{2}) +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d) "
-                     r"(?P<host>\S+) ")
-_ISO = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\S+) (?P<host>\S+) ")
-_MONTHS = {m: i for i, m in enumerate(
-    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
-
-
-def _when(line: str, ctx: Context) -> tuple[Any, str, str]:
-    """(time, host, time_source) from the line's prefix."""
-    iso = _ISO.match(line)
-    if iso:
-        return iso.group("ts"), iso.group("host"), "line"
-    syslog = _SYSLOG.match(line)
-    if syslog:
-        hh, mm, ss = (int(x) for x in syslog.group("hms").split(":"))
-        when = datetime(ctx.observed_at.year, _MONTHS[syslog.group("mon")],
-                        int(syslog.group("day")), hh, mm, ss, tzinfo=UTC)
-        return when.isoformat(), syslog.group("host"), "line"
-    return ctx.observed_at.isoformat(), "", "observed"
-
-
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out: list[dict[str, Any] | Reject] = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -77,7 +55,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             out.append(Reject("line", "mentions Xid but is not an NVRM Xid line",
                               raw_evidence(line), ref))
             continue
-        time, host, source = _when(line, ctx)
+        time, host, source = line_time(line, ctx)
         node = host or ctx.node
         if not node:
             out.append(Reject("node", "no host in the line and none given by the shipper",

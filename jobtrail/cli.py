@@ -60,7 +60,11 @@ def _ingest_text(settings: Settings, text: str, *, producer: str, origin: str,
         from ingest.adapters import Context, registry, run
 
         ctx = Context(producer=producer, observed_at=now, origin=origin, **(context or {}))
-        decoded = run(registry()[adapter], text, ctx)
+        try:
+            adapters = registry(settings.adapter_config())
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(f"adapter mapping: {exc}") from None
+        decoded = run(adapters[adapter], text, ctx)
     if settings.cluster_mode:
         from jobtrail.kafka_io import publish_sync
         from schemas.dead_letters import DeadLetter

@@ -9,6 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ingest.adapters import AdapterConfig
 
 
 def _int(env: Mapping[str, str], key: str, default: int) -> int:
@@ -55,6 +59,16 @@ class Settings:
     http_port: int = 8080
     api_tokens: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """token -> projects it may read; empty means the read API is open (local dev only)."""
+    alert_mapping: str = ""
+    """YAML file adding to/overriding the Alertmanager/Grafana alertname mapping."""
+    cloudevents_mapping: str = ""
+    """YAML file mapping foreign CloudEvent types to ours."""
+
+    def adapter_config(self) -> AdapterConfig:
+        """The adapters' mapping files, loaded and validated (raises ValueError naming them)."""
+        from ingest.adapters import AdapterConfig
+
+        return AdapterConfig.load(self.alert_mapping, self.cloudevents_mapping)
 
     @property
     def cluster_mode(self) -> bool:
@@ -95,5 +109,7 @@ class Settings:
             topology_file=Path(env["JOBTRAIL_TOPOLOGY"]) if env.get("JOBTRAIL_TOPOLOGY") else None,
             http_host=env.get("JOBTRAIL_HTTP_HOST") or "127.0.0.1",
             http_port=_int(env, "JOBTRAIL_HTTP_PORT", 8080),
+            alert_mapping=env.get("JOBTRAIL_ALERT_MAPPING", ""),
+            cloudevents_mapping=env.get("JOBTRAIL_CLOUDEVENTS_MAPPING", ""),
             api_tokens=tokens,
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -31,6 +32,7 @@ log = logging.getLogger("jobtrail.http")
 MAX_BODY_BYTES = 16 * 1024 * 1024
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
 BACKEND: web.AppKey[Any] = web.AppKey("backend", object)
+ADAPTERS: web.AppKey[Any] = web.AppKey("adapters", dict)
 
 
 def _token_projects(request: web.Request) -> tuple[str, ...] | None:
@@ -149,10 +151,12 @@ async def ingest_events(request: web.Request) -> web.Response:
 async def ingest_source(request: web.Request) -> web.Response:
     """`POST /v1/ingest/{adapter}`: a push source's own payload (Alertmanager webhook, log
     lines); job context for logs comes from `X-Jobtrail-*` headers."""
-    from ingest.adapters import Context, registry, run
+    from ingest.adapters import Context, run
+    from ingest.canonical import ParseError
+    from ingest.cloudevents import from_binary
 
     _token_projects(request)
-    adapter = registry().get(request.match_info["adapter"])
+    adapter = request.app[ADAPTERS].get(request.match_info["adapter"])
     if adapter is None:
         raise web.HTTPNotFound(text='{"error": "no such adapter"}',
                                content_type="application/json")
@@ -163,7 +167,15 @@ async def ingest_source(request: web.Request) -> web.Response:
                   project=h.get("X-Jobtrail-Project", ""), job_id=h.get("X-Jobtrail-Job", ""),
                   attempt=int(attempt) if attempt.isdigit() else None,
                   node=h.get("X-Jobtrail-Node", ""), origin="body")
-    decoded = run(adapter, await request.read(), ctx)
+    raw = await request.read()
+    body: bytes | str = raw
+    if adapter.name == "cloudevents" and "ce-specversion" in h:  # binary mode
+        try:
+            body = from_binary(h, raw)
+        except ParseError as exc:
+            raise web.HTTPBadRequest(text=json.dumps({"error": f"{exc.field}: {exc.reason}"}),
+                                     content_type="application/json") from None
+    decoded = run(adapter, body, ctx)
     telemetry.emit("events_received", len(decoded), channel=f"http.{adapter.name}")
     await request.app[BACKEND].submit(decoded)
     rejected = [{"ref": d.event_ref, "field": d.field, "reason": d.reason}
@@ -287,6 +299,9 @@ async def metrics(request: web.Request) -> web.Response:
 def create_app(settings: Settings, backend: Any | None = None) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[SETTINGS] = settings
+    from ingest.adapters import registry
+
+    app[ADAPTERS] = registry(settings.adapter_config())  # mapping files validated at start
 
     async def lifecycle(app: web.Application) -> Any:
         app[BACKEND] = backend or (KafkaBackend(settings) if settings.cluster_mode

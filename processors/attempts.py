@@ -191,7 +191,9 @@ def evolve(job: JobRecord | None, event: Event) -> tuple[JobRecord | None, froze
         job = JobRecord(event.project, event.job_id)
     if event.id in job.applied:
         return job, frozenset()
-    number = event.attempt_or_first
+    # without an attempt number (a slurmctld requeue line) the event belongs to the attempt
+    # running at its time, else the first
+    number = event.attempt if event.attempt is not None else job.attempt_at(event.time) or 1
     attempts = dict(job.attempts)
     current = attempts.get(number) or _blank(job, event, number)
     attempts[number] = replace(_apply(current, event), applied=current.applied | {event.id})

@@ -16,7 +16,8 @@ from schemas.events import Source
 
 
 class Attributes(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # a port or GPU given as a number (`"port": 12`) is the string "12": sources disagree
+    model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True)
 
 
 class NoAttributes(Attributes):
@@ -42,6 +43,13 @@ class JobSubmitted(Attributes):
 
 class JobPending(Attributes):
     reason: str
+
+
+class JobAdmitted(Attributes):
+    """A queueing layer (Kueue, Volcano) let the job through; pods may still be starting."""
+
+    queue: str | None = None
+    stage: str | None = None  # quota_reserved, admitted, scheduled
 
 
 class JobStarted(Attributes):
@@ -174,6 +182,27 @@ class NodeEcc(Attributes):
     count: int | None = Field(default=None, ge=0)
 
 
+class NodeHealth(Attributes):
+    """A DCGM health-watch finding for one GPU subsystem."""
+
+    gpu: str | None = None
+    system: str  # memory, pcie, nvlink, thermal, power, infoROM, ...
+    status: str  # warning, failure
+
+
+class StorageAvailability(Attributes):
+    filesystem: str | None = None
+    target: str | None = None
+    server: str | None = None
+
+
+class StorageThrottled(Attributes):
+    filesystem: str | None = None
+    target: str | None = None
+    op: str | None = None
+    exhausted: bool = False  # the client gave up retrying
+
+
 class NodeReason(Attributes):
     reason: str | None = None
 
@@ -209,6 +238,8 @@ class EventType:
 _TYPES = [
     EventType("job.submitted", Source.scheduler, JobSubmitted, True, "Job accepted"),
     EventType("job.pending", Source.scheduler, JobPending, True, "Job waits; reason explains why"),
+    EventType("job.admitted", Source.scheduler, JobAdmitted, True,
+              "Queue admitted the job (quota reserved, gang scheduled)"),
     EventType("job.started", Source.scheduler, JobStarted, True, "Attempt placed on nodes"),
     EventType("job.requeued", Source.scheduler, JobRequeued, True, "Attempt ended, job requeued"),
     EventType("job.preempted", Source.scheduler, JobPreempted, True, "Attempt preempted"),
@@ -230,8 +261,15 @@ _TYPES = [
     EventType("storage.latency", Source.storage, StorageLatency, doc="I/O latency observed"),
     EventType("storage.capacity", Source.storage, StorageCapacity, doc="Fill level"),
     EventType("storage.io_error", Source.storage, StorageIoError, doc="I/O error"),
+    EventType("storage.unavailable", Source.storage, StorageAvailability,
+              doc="Server or target unreachable (NFS not responding, Lustre connection lost)"),
+    EventType("storage.available", Source.storage, StorageAvailability,
+              doc="Server or target reachable again"),
+    EventType("storage.throttled", Source.storage, StorageThrottled,
+              doc="Object store throttled requests (S3 SlowDown / 503)"),
     EventType("node.xid", Source.node, NodeXid, doc="NVIDIA Xid from the kernel log"),
     EventType("node.ecc", Source.node, NodeEcc, doc="GPU ECC error"),
+    EventType("node.health", Source.node, NodeHealth, doc="DCGM health-watch finding"),
     EventType("node.not_ready", Source.node, NodeReason, doc="Node not ready"),
     EventType("node.ready", Source.node, NodeReason, doc="Node ready again"),
     EventType("node.drained", Source.node, NodeReason, doc="Node drained by scheduler or ops"),

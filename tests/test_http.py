@@ -186,3 +186,43 @@ def test_alertmanager_webhook_route(store: Store, tmp_path: Path) -> None:
 
     _serve(Settings(home=tmp_path), backend, scenario)
     assert store.count("events") == 2 and store.count("dead_letters") == 2
+
+
+def test_cloudevents_routes_structured_batched_binary(store: Store, tmp_path: Path) -> None:
+    backend = _Backend(store, tmp_path)
+    fixtures = Path(__file__).parent / "ingest/fixtures/cloudevents"
+    mapping = tmp_path / "ce.yaml"
+    mapping.write_text("com.example.ufm.port.down:\n  type: network.port_down\n  scope: port\n"
+                       "  entity: '{switch}/{port}'\n")
+
+    async def scenario(client: aiohttp.ClientSession) -> None:
+        structured = await client.post(
+            "/v1/ingest/cloudevents", data=(fixtures / "structured.json").read_bytes(),
+            headers={"Content-Type": "application/cloudevents+json"})
+        assert (await structured.json())["accepted"] == 1
+        batch = await (await client.post(
+            "/v1/ingest/cloudevents", data=(fixtures / "batch.json").read_bytes(),
+            headers={"Content-Type": "application/cloudevents-batch+json"})).json()
+        # the mapping file turns the foreign type into an event; two stay rejected
+        assert (batch["accepted"], batch["dead_lettered"]) == (3, 2)
+        binary = await (await client.post(
+            "/v1/ingest/cloudevents", data=b'{"project": "p", "job_id": "j", '
+            b'"attributes": {"step": 7}}',
+            headers={"ce-specversion": "1.0", "ce-id": "b1", "ce-source": "/t",
+                     "ce-type": "job.step", "ce-time": "2026-11-30T08:00:00Z",
+                     "Content-Type": "application/json"})).json()
+        assert binary["accepted"] == 1
+        bad = await client.post("/v1/ingest/cloudevents", data=b"{nope",
+                                headers={"ce-specversion": "1.0",
+                                         "Content-Type": "application/json"})
+        assert bad.status == 400 and "data" in (await bad.json())["error"]
+
+    _serve(Settings(home=tmp_path, cloudevents_mapping=str(mapping)), backend, scenario)
+    assert store.count("events") == 5 and store.count("dead_letters") == 2
+
+
+def test_a_bad_mapping_file_stops_the_server_at_start(tmp_path: Path) -> None:
+    bad = tmp_path / "am.yaml"
+    bad.write_text("- not a mapping\n")
+    with pytest.raises(ValueError, match="keyed by alertname"):
+        create_app(Settings(home=tmp_path, alert_mapping=str(bad)), object())

@@ -1,4 +1,7 @@
-"""The cluster runtime: a Faust worker on `jobtrail.events` and `jobtrail.dlq`.
+"""The cluster runtime: a Faust worker on `jobtrail.raw`, `jobtrail.events` and `jobtrail.dlq`.
+
+`jobtrail.raw` carries payloads as sources sent them (`ingest/raw.py`); its agent runs the
+adapter and produces what it yields to `jobtrail.events` and `jobtrail.dlq`.
 
 An agent is a thin shell: take a batch, decode, hand it to the shared `Sink` (in a single
 worker thread, because the ClickHouse client is blocking), and only then let Faust ack the
@@ -22,10 +25,14 @@ from typing import Any
 
 import faust
 
+from ingest.adapters import registry
+from ingest.raw import decode_raw, text_headers
 from jobtrail.app import build_sink, open_store
 from jobtrail.config import Settings
+from jobtrail.kafka_io import batch_by_cluster
 from jobtrail.store import StoreUnavailable
 from schemas.dead_letters import DeadLetter
+from schemas.events import Event
 
 log = logging.getLogger("jobtrail.worker")
 
@@ -54,6 +61,7 @@ def create_app(settings: Settings) -> faust.App:
         web_enabled=False,
         producer_acks=-1,
     )
+    raw_topic = app.topic(settings.topic("raw"), value_serializer="raw", key_serializer="raw")
     events_topic = app.topic(settings.topic("events"), value_serializer="raw")
     dlq_topic = app.topic(settings.topic("dlq"), value_serializer="raw")
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clickhouse")
@@ -92,6 +100,35 @@ def create_app(settings: Settings) -> faust.App:
                 await run(sink().handle, events, (), _token(list(batch)))
             except StoreUnavailable as exc:
                 fatal(exc)
+
+    adapters = registry(settings.adapter_config())
+
+    @app.agent(raw_topic, concurrency=1)  # type: ignore[untyped-decorator]
+    async def normalise_raw(stream: Any) -> None:
+        # raw payloads -> the adapters -> jobtrail.events / jobtrail.dlq; acked only after the
+        # broker acknowledged what they became (ids are stable, so a redelivery is harmless)
+        async for batch in stream.take_events(100, within=settings.batch_seconds):
+            decoded = []
+            for e in batch:
+                m = e.message
+                value = e.value if isinstance(e.value, bytes) else str(e.value).encode()
+                key = m.key.decode("utf-8", "replace") if isinstance(m.key, bytes) else ""
+                decoded.extend(decode_raw(value, key, text_headers(getattr(m, "headers", None)),
+                                          _ts(m.timestamp or 0.0),
+                                          f"{m.topic}/{m.partition}@{m.offset}", adapters))
+            events = [d for d in decoded if isinstance(d, Event)]
+            try:
+                futures = [await events_topic.send(key=cluster.encode(), value=value)
+                           for cluster, value in batch_by_cluster(events, settings.wire_batch)]
+                futures += [await dlq_topic.send(key=b"raw", value=d.model_dump_json().encode())
+                            for d in decoded if isinstance(d, DeadLetter)]
+                for fut in futures:
+                    await fut
+            except Exception as exc:  # take_events would ack the batch anyway
+                log.critical("could not produce normalised raw input, exiting without commit: "
+                             "%s", exc)
+                logging.shutdown()
+                os._exit(EXIT_STORE_UNAVAILABLE)
 
     @app.agent(dlq_topic, concurrency=1)  # type: ignore[untyped-decorator]
     async def store_dead_letters(stream: Any) -> None:

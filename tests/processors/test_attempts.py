@@ -93,3 +93,11 @@ def test_non_lifecycle_events_do_not_touch_attempts() -> None:
     step = Event(id="s", type="job.step", source=Source.job, time=T0, project="p", cluster="c",
                  job_id="j", attempt=1, attributes={"step": 1})
     assert evolve(None, step) == (None, frozenset())
+
+
+def test_an_event_without_attempt_belongs_to_the_attempt_running_then() -> None:
+    # a slurmctld requeue line carries no restart count
+    job = fold([*HISTORY[:7], ev("job.requeued", 60, None, reason="NODE_FAIL")])
+    assert job.attempts[2].state == "requeued" and job.attempts[2].end_reason == "NODE_FAIL"
+    assert job.attempts[1].state == "failed"  # untouched
+    assert job.attempts[3].submitted_at == T0 + timedelta(minutes=60)

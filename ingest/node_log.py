@@ -1,0 +1,244 @@
+"""Node and infrastructure logs (kernel log, mmfs.log, uploader logs, `dcgmi health -c`).
+
+One line at a time (DCGM's table is a multi-line record), prefixes as in `line_time`. What is
+recognised (docs/adapters.md has an example of each); other lines are skipped:
+
+- `NVRM: Xid (PCI:...): 79, ...` -> `node.xid` (read by the xid adapter);
+- `mlx5_core 0000:3b:00.0 ib0: Link down|up` -> `network.port_down|up` (scope nic);
+- mlx5 `Port module event: module 0, Cable unplugged|plugged` -> `port_down|up`, and
+  `Port module event[error]: ...` -> `network.link_errors`;
+- Lustre `Connection to <fs>-OST0003 (at nid) was lost` / `Connection restored to ...` ->
+  `storage.unavailable` / `storage.available`;
+- `LustreError: ... operation ost_write to node nid failed: rc = -28` -> `storage.io_error`
+  (errno named: ENOSPC), `This client was evicted by ...` -> `storage.io_error` (evicted);
+- Lustre `Request sent has timed out for slow reply: [sent S/real R] ... dl D` ->
+  `storage.latency` of (D - S) s;
+- `LNetError: ... Timed out RDMA with <nid>` / `Timed out tx` -> `storage.io_error` (lnet);
+- `nfs: server home01.example.com not responding, ...` / `... OK` -> `storage.unavailable` /
+  `storage.available`;
+- GPFS (mmfs.log) `[E] ...` -> `storage.io_error`, `... expelled ...` -> `storage.unavailable`;
+- S3 `An error occurred (SlowDown) when calling the PutObject operation`, `503 Slow Down` ->
+  `storage.throttled` (`exhausted` when the client reached its max retries);
+- a `dcgmi health -c` table: one `node.health` per GPU subsystem in Warning or Failure.
+
+Lustre targets are named by OST/MDT (`OST0003`), NFS servers by the first label of the host
+(`home01`), S3 by bucket, so the topology's `filesystems.*.targets` attribute them to a
+filesystem and from there to every job that mounts it. The node is the line's host, else the
+shipper's `node`; storage events also carry the shipper's job when it names one (an uploader
+log inside a job).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from ingest import xid
+from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
+
+_MLX_LINK = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]+) (?P<iface>\w+): Link (?P<state>up|down)")
+_MLX_MODULE = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]+?):? Port module event(?P<err>\[error\])?"
+                         r": module (?P<module>\d+), (?P<what>[^,]+)")
+_LUSTRE_TARGET = re.compile(r"(?P<fs>[\w]+)-(?P<target>(?:OST|MDT)[0-9a-f]{4})")
+_LUSTRE_LOST = re.compile(r"Connection to (?P<t>\S+) \(at (?P<nid>[^)]+)\) was lost")
+_LUSTRE_BACK = re.compile(r"Connection restored to (?P<t>\S+)(?: \(at (?P<nid>[^)]+)\))?")
+_LUSTRE_RC = re.compile(r"operation (?P<op>\w+) to node (?P<nid>\S+) failed: rc = (?P<rc>-?\d+)")
+_LUSTRE_EVICT = re.compile(r"This client was evicted by (?P<t>\S+?);")
+_LUSTRE_SLOW = re.compile(r"timed out for slow reply: \[sent (?P<sent>\d+)/real \d+\].*?"
+                          r"o\d+->(?P<t>\S+?)@.*? dl (?P<dl>\d+)")
+_LNET = re.compile(r"LNetError: .*?Timed out (?:RDMA with (?P<nid>\S+)|tx)")
+_NFS = re.compile(r"nfs: server (?P<server>\S+) (?P<state>not responding|OK)")
+_GPFS_TS = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d{4})?): ")
+_GPFS = re.compile(r"\[(?P<level>[EXW])\] (?P<msg>.+)")
+_GPFS_FS = re.compile(r"(?:[Ff]ile system|Volume) (?P<fs>[\w-]+)")
+_SLOWDOWN = re.compile(r"\(SlowDown\) when calling the (?P<op>\w+) operation|503 Slow ?Down|"
+                       r"<Code>SlowDown</Code>")
+_BUCKET = re.compile(r"s3://(?P<bucket>[\w.-]+)")
+_ERRNO = {-28: "ENOSPC", -5: "EIO", -110: "ETIMEDOUT", -107: "ENOTCONN", -122: "EDQUOT",
+          -30: "EROFS", -11: "EAGAIN", -4: "EINTR", -19: "ENODEV"}
+_DCGM_ROW = re.compile(r"^\|\s*(?P<left>[^|]*?)\s*\|\s*(?P<right>[^|]*?)\s*\|$")
+_DCGM_CLASS = {"memory": "gpu_hardware", "pcie": "gpu_hardware", "nvlink": "nvlink",
+               "thermal": "gpu_hardware", "power": "gpu_hardware", "inforom": "gpu_hardware",
+               "driver": "gpu_hardware", "nvswitch": "nvlink", "sm": "gpu_hardware"}
+
+
+def _when(line: str, ctx: Context) -> tuple[str, str, str]:
+    gpfs = _GPFS_TS.match(line)
+    if gpfs:
+        stamp = gpfs.group("ts").replace("_", "T", 1)
+        return stamp, "", "line"
+    return line_time(line, ctx)
+
+
+def _lustre(body: str) -> dict[str, Any] | None:
+    """type, scope, entity and attributes of a Lustre/LNet line, or None."""
+    def target(name: str) -> dict[str, Any]:
+        found = _LUSTRE_TARGET.search(name)
+        if not found:
+            return {"entity": name, "attributes": {"target": name}}
+        return {"entity": f"{found.group('fs')}-{found.group('target')}",
+                "attributes": {"target": found.group("target"), "fsname": found.group("fs")}}
+
+    if m := _LUSTRE_LOST.search(body):
+        out = {"type": "storage.unavailable", "severity": "error", **target(m.group("t"))}
+        out["attributes"]["server"] = m.group("nid")
+        return out
+    if m := _LUSTRE_BACK.search(body):
+        out = {"type": "storage.available", "severity": "info", **target(m.group("t"))}
+        if m.group("nid"):
+            out["attributes"]["server"] = m.group("nid")
+        return out
+    if m := _LUSTRE_RC.search(body):
+        rc = int(m.group("rc"))
+        errno = _ERRNO.get(rc, "")
+        out = {"type": "storage.io_error", "severity": "error", **target(body)}
+        out["attributes"].update({"error": f"{errno} (rc={rc})" if errno else f"rc={rc}",
+                                  "op": m.group("op"), "server": m.group("nid")})
+        return out
+    if m := _LUSTRE_EVICT.search(body):
+        out = {"type": "storage.io_error", "severity": "error", **target(m.group("t"))}
+        out["attributes"]["error"] = "evicted"
+        return out
+    if m := _LUSTRE_SLOW.search(body):
+        out = {"type": "storage.latency", "severity": "warning", **target(m.group("t"))}
+        out["attributes"]["latency_ms"] = max(0, int(m.group("dl")) - int(m.group("sent"))) * 1000
+        return out
+    return None
+
+
+def _dcgm(lines: list[str], ctx: Context, ref: str) -> list[dict[str, Any] | Reject]:
+    """`dcgmi health -c` table -> one `node.health` per GPU subsystem that is not healthy."""
+    if not ctx.node:
+        return [Reject("node", "a dcgmi health report names no host: ship it with the node",
+                       raw_evidence("\n".join(lines)), ref)]
+    found: list[dict[str, Any]] = []
+    gpu = ""
+    for line in lines:
+        row = _DCGM_ROW.match(line.strip())
+        if not row:
+            continue
+        left, right = row.group("left"), row.group("right")
+        if re.fullmatch(r"-> \d+", left):
+            gpu = left[3:]
+        elif left.startswith("-> ") and left.endswith(" system"):
+            system = left[3:-len(" system")].strip()
+            found.append({"gpu": gpu, "system": system.lower().replace(" ", "_"),
+                          "status": right.lower() or "failure", "message": []})
+        elif found and right and (left in ("", "System Health") or left.startswith("System")):
+            found[-1]["message"].append(right)
+    out: list[dict[str, Any] | Reject] = []
+    for item in found:
+        message = " ".join(item.pop("message")) or f"{item['system']} {item['status']}"
+        klass = _DCGM_CLASS.get(item["system"].split("_")[0], "gpu_hardware")
+        out.append({
+            "type": "node.health", "time": ctx.observed_at.isoformat(), "scope": "gpu",
+            "entity": f"{ctx.node}/gpu{item['gpu']}", "node": ctx.node,
+            "severity": "critical" if item["status"] == "failure" else "warning",
+            "message": message[:500],
+            "attributes": {**item, "class": klass, "time_source": "observed",
+                           "raw": raw_evidence("\n".join(lines))},
+        })
+    return out
+
+
+def _line(line: str, ctx: Context, ref: str) -> dict[str, Any] | Reject | None:
+    time, host, source = _when(line, ctx)
+    node = host or ctx.node
+    body = line
+    record: dict[str, Any] | None = None
+    if m := _MLX_LINK.search(body):
+        record = {"type": f"network.port_{m.group('state')}", "scope": "nic",
+                  "entity": f"{node}/{m.group('iface')}",
+                  "severity": "error" if m.group("state") == "down" else "info",
+                  "attributes": {"pci": m.group("pci"), "iface": m.group("iface")}}
+    elif m := _MLX_MODULE.search(body):
+        what = m.group("what").strip()
+        if m.group("err"):
+            type_, severity = "network.link_errors", "error"
+        elif "unplugged" in what.lower():
+            type_, severity = "network.port_down", "error"
+        elif "plugged" in what.lower():
+            type_, severity = "network.port_up", "info"
+        else:
+            return None
+        record = {"type": type_, "scope": "nic", "entity": f"{node}/module{m.group('module')}",
+                  "severity": severity, "attributes": {"pci": m.group("pci"), "reason": what}}
+    elif "Lustre" in body and (found := _lustre(body)):
+        record = {"scope": "target", **found}
+    elif m := _LNET.search(body):
+        record = {"type": "storage.io_error", "scope": "node", "entity": node,
+                  "severity": "error", "attributes": {"layer": "lnet",
+                                                      "error": "timed out",
+                                                      "server": m.group("nid") or ""}}
+    elif m := _NFS.search(body):
+        server = m.group("server")
+        short = server.split(".")[0]
+        up = m.group("state") == "OK"
+        record = {"type": "storage.available" if up else "storage.unavailable",
+                  "scope": "target", "entity": short,
+                  "severity": "info" if up else "error",
+                  "attributes": {"target": short, "server": server}}
+    elif (m := _GPFS.search(body)) and ("mmfs" in body or _GPFS_TS.match(line)):
+        message = m.group("msg")
+        fs = _GPFS_FS.search(message)
+        expelled = "expel" in message.lower()
+        if m.group("level") == "W" and not expelled:
+            return None
+        record = {"type": "storage.unavailable" if expelled else "storage.io_error",
+                  "scope": "filesystem" if fs else "node",
+                  "entity": fs.group("fs") if fs else node, "severity": "error",
+                  "attributes": {"filesystem": fs.group("fs")} if fs else {"layer": "gpfs"}}
+        if not expelled:
+            record["attributes"]["error"] = message[:200]
+    elif m := _SLOWDOWN.search(body):
+        bucket = _BUCKET.search(body)
+        record = {"type": "storage.throttled", "scope": "target",
+                  "entity": bucket.group("bucket") if bucket else None,
+                  "severity": "warning",
+                  "attributes": {"op": m.group("op"), "exhausted": "max retries" in body,
+                                 **({"target": bucket.group("bucket")} if bucket else {})}}
+        if ctx.job_id and ctx.project:
+            record.update({"project": ctx.project, "job_id": ctx.job_id})
+            if ctx.attempt is not None:
+                record["attempt"] = ctx.attempt
+    if record is None:
+        return None
+    if not node:
+        return Reject("node", f"{record['type']}: no host in the line and none given by the "
+                      "shipper", raw_evidence(line), ref)
+    record["attributes"] = {k: v for k, v in record["attributes"].items() if v is not None}
+    record["attributes"].update({"time_source": source, "raw": raw_evidence(line)})
+    return {**record, "time": time, "node": node, "message": line.strip()[-500:]}
+
+
+def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
+    out: list[dict[str, Any] | Reject] = []
+    table: list[str] = []
+    start = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        ref = f"{ctx.origin}:{number}"
+        stripped = line.strip()
+        if stripped.startswith(("|", "+")) and (table or "Health Monitor Report" in stripped
+                                                 or stripped.startswith("+")):
+            if not table:
+                start = number
+            table.append(stripped)
+            continue
+        if table:
+            if any("Health Monitor Report" in row for row in table):
+                out.extend(_dcgm(table, ctx, f"{ctx.origin}:{start}"))
+            table = []
+        if "NVRM: Xid" in line:
+            out.extend(xid.parse(line, replace(ctx, origin=ref)))
+            continue
+        record = _line(line, ctx, ref)
+        if record is not None:
+            out.append(record)
+    if table and any("Health Monitor Report" in row for row in table):
+        out.extend(_dcgm(table, ctx, f"{ctx.origin}:{start}"))
+    return out
+
+
+ADAPTER = Adapter("node-log", parse, doc="Node and infrastructure logs: Xid, DCGM health, "
+                  "mlx5/IB links, Lustre/LNet, NFS, GPFS, S3 SlowDown", line_oriented=True)

@@ -1,0 +1,172 @@
+"""Slurm's text outputs: `scontrol show job` and slurmctld log lines.
+
+`scontrol show job` (adapter `scontrol`): records of `Key=Value` tokens over indented lines,
+one record per `JobId=` (blank lines between records are optional; `scontrol -o` one-liners
+work too). Each record is rewritten into the sacct shape and read by the same code as
+`sacct --json` (`ingest/slurm.py`), so both give the same events and the same ids. Times
+have no zone (Slurm prints slurmctld's local time): they are read as UTC; run slurmctld in
+UTC or convert on the shipper (documented in docs/adapters.md).
+
+slurmctld log (adapter `slurmctld`), `[2026-11-30T08:57:40.123] ...` lines (zone-less: UTC):
+- `error: Nodes node-[041-042] not responding` (`, setting DOWN`) -> `node.not_ready` per node;
+- `update_node: node node-041 state set to DRAINING|DRAINED|DOWN` -> `node.drained` /
+  `node.not_ready`, with the reason of the preceding `update_node: node node-041 reason set
+  to: ...` line;
+- `Node node-041 now responding` / `node node-041 returned to service` -> `node.ready`;
+- `Requeuing JobId=1234 due to failure of node node-041` (also `requeue job JobId=1234 ...`,
+  `requeue JobId=1234 ...`) -> `job.requeued` with `reason = NODE_FAIL` and the failed node
+  (the attempt is the shipper's, else the attempt running at that time);
+- `job_complete: JobId=1234 ... WTERMSIG 9|WEXITSTATUS N` lines and the rest are not events
+  and are skipped. A line that names a node failure we cannot read is dead-lettered.
+Ids are natural (a hash of the line's content), so a line shipped twice is one event.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC
+from typing import Any
+
+from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
+from ingest.canonical import ParseError
+from ingest.slurm import expand_hostlist, job_records
+from schemas.events import parse_time
+
+_TOKEN = re.compile(r"(?:^|\s)(?P<k>[\w/:]+)=(?P<v>\S*)")
+_UNSET = {"", "(null)", "N/A", "Unknown", "None"}
+
+
+def _epoch(value: str) -> int | None:
+    if value in _UNSET:
+        return None
+    try:
+        when = parse_time(value)
+    except ValueError:
+        return None
+    return int(when.astimezone(UTC).timestamp())
+
+
+def _records(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) of each `JobId=` record."""
+    out: list[tuple[int, list[str]]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith("JobId="):
+            out.append((number, [line]))
+        elif line.strip() and out:
+            out[-1][1].append(line)
+    return [(number, "\n".join(lines)) for number, lines in out]
+
+
+def sacct_shape(fields: dict[str, str]) -> dict[str, Any]:
+    """A `scontrol show job` record as the dict `ingest.slurm` reads from sacct --json."""
+    gpus = re.search(r"gres/gpu(?::[\w-]+)?=(\d+)", fields.get("TRES", "")
+                     or fields.get("ReqTRES", ""))
+    code, _, _signal = fields.get("ExitCode", "").partition(":")
+    job: dict[str, Any] = {
+        "job_id": fields["JobId"], "name": fields.get("JobName", ""),
+        "state": fields.get("JobState", ""), "state_reason": fields.get("Reason", ""),
+        "account": fields.get("Account", ""), "partition": fields.get("Partition", ""),
+        "user": fields.get("UserId", "").split("(")[0],
+        "restart_cnt": int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
+        "nodes": "" if fields.get("NodeList", "") in _UNSET else fields["NodeList"],
+        "node_count": int(fields["NumNodes"]) if fields.get("NumNodes", "").isdigit() else None,
+        "time": {"submission": _epoch(fields.get("SubmitTime", "")),
+                 "start": _epoch(fields.get("StartTime", "")),
+                 "end": _epoch(fields.get("EndTime", ""))},
+        "exit_code": {"return_code": int(code) if code.isdigit() else None},
+    }
+    if fields.get("ClusterName"):
+        job["cluster"] = fields["ClusterName"]
+    if gpus:
+        job["tres"] = {"allocated": [{"type": "gres", "name": "gpu",
+                                      "count": int(gpus.group(1))}]}
+    return job
+
+
+def parse_scontrol(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
+    records = _records(text)
+    if not records:
+        raise ParseError("JobId", "no `JobId=` record (expected `scontrol show job` output)")
+    out: list[dict[str, Any] | Reject] = []
+    for i, (number, record) in enumerate(records):
+        fields = {m.group("k"): m.group("v") for m in _TOKEN.finditer(record)}
+        ref = f"{ctx.origin}:{number}"
+        if not fields.get("JobState"):
+            out.append(Reject("JobState", "missing", raw_evidence(record), ref))
+            continue
+        drafts = job_records(sacct_shape(fields), i, ctx)
+        for draft in drafts:
+            if isinstance(draft, dict):
+                draft["attributes"]["raw"] = raw_evidence(record)
+        out.extend(drafts)
+    return out
+
+
+_NOT_RESPONDING = re.compile(r"Nodes? (?P<nodes>\S+) not responding")
+_STATE = re.compile(r"update_node: node (?P<node>\S+) state set to (?P<state>[A-Z_]+)")
+_REASON = re.compile(r"update_node: node (?P<node>\S+) reason set to: (?P<reason>.+)")
+_BACK = re.compile(r"(?:Node (?P<a>\S+) now responding|node (?P<b>\S+) returned to service)")
+_REQUEUE = re.compile(r"(?:Requeuing|requeue(?: job)?) JobId=(?P<job>\d+(?:_\d+)?) due to "
+                      r"failure of node (?P<node>\S+)")
+
+
+def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
+    out: list[dict[str, Any] | Reject] = []
+    reasons: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        time, _host, source = line_time(line, ctx)
+        ref = f"{ctx.origin}:{number}"
+        base: dict[str, Any] = {"time": time,
+                                "attributes": {"time_source": source, "raw": raw_evidence(line)}}
+        body = line.split("] ", 1)[-1].strip()
+
+        def node_event(type_: str, node: str, reason: str, severity: str,
+                       b: dict[str, Any] = base, msg: str = body) -> dict[str, Any]:
+            return {**b, "type": type_, "scope": "node", "entity": node, "node": node,
+                    "severity": severity, "message": msg[:500],
+                    "attributes": {**b["attributes"], "reason": reason[:200]}}
+
+        if reason_match := _REASON.search(body):
+            reasons[reason_match.group("node")] = reason_match.group("reason").strip()
+        elif match := _NOT_RESPONDING.search(body):
+            for node in expand_hostlist(match.group("nodes")):
+                out.append(node_event("node.not_ready", node, "not responding", "error"))
+        elif match := _STATE.search(body):
+            node, state = match.group("node"), match.group("state")
+            why = reasons.pop(node, state.lower())
+            if state.startswith("DRAIN"):
+                out.append(node_event("node.drained", node, why, "warning"))
+            elif state in ("DOWN", "FAIL", "FAILING"):
+                out.append(node_event("node.not_ready", node, why, "error"))
+            elif state in ("IDLE", "RESUME"):
+                out.append(node_event("node.ready", node, why, "info"))
+            else:
+                out.append(Reject("state", f"slurmctld node state {state!r} is not mapped",
+                                  raw_evidence(line), ref))
+        elif match := _BACK.search(body):
+            out.append(node_event("node.ready", match.group("a") or match.group("b"),
+                                  "responding", "info"))
+        elif match := _REQUEUE.search(body):
+            if not ctx.project:
+                out.append(Reject("project", "a requeue line names no project: ship slurmctld "
+                                  "logs with the cluster's project (X-Jobtrail-Project)",
+                                  raw_evidence(line), ref))
+                continue
+            job, node = match.group("job"), match.group("node")
+            draft: dict[str, Any] = {
+                **base, "type": "job.requeued", "project": ctx.project, "job_id": job,
+                "severity": "error", "message": body[:500],
+                "attributes": {**base["attributes"], "reason": "NODE_FAIL",
+                               "failed_nodes": [node]}}
+            if ctx.attempt is not None:
+                draft["attempt"] = ctx.attempt
+            out.append(draft)
+        elif "not responding" in body and "Node" in body:
+            out.append(Reject("line", "names unresponsive nodes in an unknown wording",
+                              raw_evidence(line), ref))
+    return out
+
+
+SCONTROL = Adapter("scontrol", parse_scontrol, doc="Slurm `scontrol show job` text")
+SLURMCTLD = Adapter("slurmctld", parse_slurmctld, doc="slurmctld log lines (node down/drain, "
+                    "requeue on node failure)", line_oriented=True)

@@ -1,0 +1,260 @@
+"""Grafana, Kubernetes conditions, Slurm text, node/infra logs and CloudEvents, field by field."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ingest.adapters import AdapterConfig, Context, registry, run
+from ingest.cloudevents import ce_id, from_binary
+from schemas.dead_letters import DeadLetter
+from schemas.events import Event
+from tests.conftest import OBSERVED
+from tests.ingest.test_adapters import FIXTURES, _run
+
+
+def _attrs(event: Event) -> dict[str, object]:
+    return {k: v for k, v in event.attributes.items() if k != "raw"}
+
+
+def test_grafana_unified_reads_alerts_through_the_alert_mapping() -> None:
+    events, dead = _run("grafana", "unified_firing_and_resolved.json")
+    down, latency = events
+    assert (down.type, down.entity, down.scope and down.scope.value, down.severity.value) == (
+        "network.port_down", "leaf-07/12", "port", "critical")
+    assert down.attributes["port"] == "12" and down.attributes["switch"] == "leaf-07"
+    assert down.id == "grafana-a1b2c3d4e5f60718-2026-11-30T08:57:30Z-firing"
+    assert down.time.isoformat() == "2026-11-30T08:57:30+00:00"
+    assert down.cluster == "cluster-a" and down.attributes["org_id"] == 1
+    # resolved: the end time, the mapping's value from Grafana's `values`
+    assert latency.type == "storage.latency" and latency.attributes["resolved"] is True
+    assert latency.time.isoformat() == "2026-11-30T07:40:00+00:00"
+    assert latency.attributes["latency_ms"] == 850.0
+    assert [(d.field, d.stage) for d in dead] == [("alerts[2].labels.alertname",
+                                                    "adapter.grafana")]
+    assert "DatasourceNoData" in dead[0].reason
+
+
+def test_grafana_legacy_one_event_per_match_time_is_receipt() -> None:
+    events, dead = _run("grafana", "legacy_alerting.json")
+    assert [(e.type, e.entity) for e in events] == [("network.port_down", "leaf-03/7"),
+                                                     ("network.port_down", "leaf-03/8")]
+    assert all(e.time == OBSERVED and e.attributes["time_source"] == "observed" for e in events)
+    assert events[0].id != events[1].id and events[0].id.startswith("grafana-legacy-")
+    assert events[0].attributes["rule_id"] == 31
+    assert [d.field for d in dead] == ["alerts[2].labels.port"]
+    # a retry a few seconds later is the same event; the next minute is a new notification
+    again, _ = _run("grafana", "legacy_alerting.json")
+    assert [e.id for e in again] == [e.id for e in events]
+    later = Context(producer="t", observed_at=OBSERVED.replace(minute=(OBSERVED.minute + 1) % 60),
+                    origin="x")
+    text = (FIXTURES / "grafana" / "legacy_alerting.json").read_text()
+    moved = [r for r in run(registry()["grafana"], text, later) if isinstance(r, Event)]
+    assert moved[0].id != events[0].id
+
+
+def test_grafana_legacy_ok_resolves_and_no_data_is_named() -> None:
+    ok = json.dumps({"ruleId": 31, "ruleName": "IBPortDown", "state": "ok", "evalMatches": [],
+                     "tags": {"switch": "leaf-03", "port": "7"}})
+    ctx = Context(producer="t", observed_at=OBSERVED, origin="body")
+    (event,) = run(registry()["grafana"], ok, ctx)
+    assert isinstance(event, Event) and event.type == "network.port_up"
+    (letter,) = run(registry()["grafana"], ok.replace('"ok"', '"no_data"'), ctx)
+    assert isinstance(letter, DeadLetter) and letter.field == "state"
+
+
+def test_kueue_workload_conditions() -> None:
+    events, dead = _run("kubernetes", "kueue_workloads.json")
+    pretrain = [e for e in events if e.job_id == "pretrain-7b"]
+    assert [(e.type, e.attributes.get("stage") or e.attributes.get("reason")) for e in pretrain] \
+        == [("job.admitted", "quota_reserved"), ("job.admitted", "admitted"),
+            ("job.started", None), ("job.preempted", "Preempted"), ("job.requeued", "Preempted")]
+    assert {e.project for e in pretrain} == {"llm-pretrain"}
+    assert {e.attempt for e in pretrain} == {2}  # requeueState.count + 1
+    preempted = pretrain[3]
+    assert preempted.attributes["preemption_reason"] == "InClusterQueue"  # merged condition
+    assert preempted.id == "k8s-wl-3f2a1-Evicted-True-2026-11-30T11:00:00Z"
+    assert pretrain[0].attributes["queue"] == "team-llm"
+    (pending,) = [e for e in events if e.job_id == "eval-13b"]
+    assert pending.type == "job.pending"
+    assert pending.attributes["reason"] == "insufficient quota: nvidia.com/gpu (h100)"
+    assert [d.field for d in dead] == ["items[1].status.conditions[1].type"]
+    assert "Deactivated=True" in dead[0].reason
+
+
+def test_kubeflow_and_volcano_conditions() -> None:
+    events, dead = _run("kubernetes", "kubeflow_and_volcano.json")
+    assert [(e.project, e.job_id, e.type) for e in events] == [
+        ("llm-finetune", "finetune-13b", "job.submitted"),
+        ("llm-finetune", "finetune-13b", "job.requeued"),
+        ("vision", "resnet-dist", "job.pending"),
+        ("vision", "resnet-dist", "job.admitted")]
+    assert events[1].attributes["reason"] == "PyTorchJobRestarting"
+    assert events[2].attributes["reason"] == "gang unschedulable: 3/4 tasks"
+    assert events[3].attributes["queue"] == "vision-q"
+    assert dead == []
+
+
+def test_scontrol_reads_like_sacct_and_names_the_broken_record() -> None:
+    events, dead = _run("scontrol", "show_job.txt", cluster="cluster-a")
+    pending = [e for e in events if e.job_id == "881234"]
+    assert [(e.type, e.attributes.get("reason")) for e in pending] == [
+        ("job.submitted", None), ("job.pending", "QOSMaxGRESPerUser")]
+    assert pending[0].attributes["gpus"] == 512 and pending[0].project == "llm-pretrain"
+    assert pending[0].time.isoformat() == "2026-11-30T06:00:00+00:00"  # zone-less: UTC
+    failed = [e for e in events if e.job_id == "880001"]
+    assert [e.type for e in failed] == ["job.submitted", "job.started", "job.failed"]
+    assert {e.attempt for e in failed} == {2}  # Restarts=1
+    assert failed[1].attributes["nodes"] == ["node-041", "node-042"]
+    assert failed[2].attributes["reason"] == "NODE_FAIL"
+    assert failed[2].id == "slurm-cluster-a-880001-2-job.failed"  # same id as from sacct
+    assert [(d.field, d.event_ref) for d in dead] == [("JobState", "show_job.txt:32")]
+
+
+def test_slurmctld_lines() -> None:
+    events, dead = _run("slurmctld", "slurmctld.log", cluster="cluster-a",
+                        project="llm-finetune")
+    assert [(e.type, e.entity or e.job_id, e.attributes.get("reason")) for e in events] == [
+        ("node.not_ready", "node-041", "not responding"),
+        ("node.not_ready", "node-042", "not responding"),
+        ("job.requeued", "880001", "NODE_FAIL"),
+        ("node.drained", "node-041", "Xid 79 GPU fell off the bus"),
+        ("node.ready", "node-042", "responding")]
+    requeued = events[2]
+    assert requeued.attributes["failed_nodes"] == ["node-041"] and requeued.attempt is None
+    assert requeued.time.isoformat() == "2026-11-30T08:57:30.004000+00:00"
+    assert [(d.field, d.event_ref) for d in dead] == [("state", "slurmctld.log:8"),
+                                                       ("line", "slurmctld.log:9")]
+    again, _ = _run("slurmctld", "slurmctld.log", cluster="cluster-a", project="llm-finetune")
+    assert [e.id for e in again] == [e.id for e in events]
+
+
+def test_slurmctld_requeue_needs_a_project() -> None:
+    _, dead = _run("slurmctld", "slurmctld.log", cluster="cluster-a")
+    assert "project" in [d.field for d in dead]
+
+
+def test_node_log_kernel_lines() -> None:
+    events, dead = _run("node-log", "kernel_infra.log")
+    got = [(e.type, e.scope and e.scope.value, e.entity, e.node) for e in events]
+    assert got[:5] == [
+        ("network.port_down", "nic", "node-041/ibp59s0", "node-041"),
+        ("network.port_down", "nic", "node-041/module0", "node-041"),
+        ("network.link_errors", "nic", "node-041/module0", "node-041"),
+        ("node.xid", "gpu", "node-041/pci-0000:9b:00", "node-041"),
+        ("network.port_up", "nic", "node-041/ibp59s0", "node-041")]
+    assert events[1].attributes["pci"] == "0000:3b:00.0"
+    assert events[2].attributes["reason"] == "Cable error"
+    by_type = [(e.type, e.entity, _attrs(e).get("target"), _attrs(e).get("error")) for e in
+               events[5:]]
+    assert by_type == [
+        ("storage.unavailable", "scratch-OST0003", "OST0003", None),
+        ("storage.latency", "scratch-OST0003", "OST0003", None),
+        ("storage.available", "scratch-OST0003", "OST0003", None),
+        ("storage.io_error", "scratch-OST0005", "OST0005", "ENOSPC (rc=-28)"),
+        ("storage.io_error", "scratch-OST0005", "OST0005", "evicted"),
+        ("storage.io_error", "node-012", None, "timed out"),
+        ("storage.io_error", "node-012", None, "timed out"),
+        ("storage.unavailable", "home01", "home01", None),
+        ("storage.available", "home01", "home01", None)]
+    assert events[6].attributes["latency_ms"] == 45000.0  # dl - sent
+    assert events[5].attributes["server"] == "10.0.0.12@o2ib"
+    assert events[10].attributes["server"] == "" and events[11].attributes["layer"] == "lnet"
+    assert events[12].attributes["server"] == "home01.example.com"
+    assert events[12].time.isoformat() == "2026-11-30T12:00:01+00:00"
+    assert [d.field for d in dead] == ["line"]  # the truncated Xid line
+
+
+def test_node_log_gpfs_needs_the_shipper_node() -> None:
+    events, dead = _run("node-log", "mmfs.log", node="node-041")
+    assert [(e.type, e.entity, e.time.isoformat()) for e in events] == [
+        ("storage.io_error", "gpfs01", "2026-11-30T10:15:42.560000+00:00"),
+        ("storage.unavailable", "node-041", "2026-11-30T10:16:02+00:00"),
+        ("storage.io_error", "gpfs01", "2026-11-30T10:16:30+00:00")]
+    assert events[0].attributes["filesystem"] == "gpfs01" and not dead
+    _, dead = _run("node-log", "mmfs.log")
+    assert [d.field for d in dead] == ["node"] * 3
+
+
+def test_node_log_slowdown_carries_the_job() -> None:
+    events, _ = _run("node-log", "uploader.log", node="node-041", project="llm-pretrain",
+                     job_id="job-7b-001", attempt=1)
+    assert [(e.type, e.job_id, e.attempt, _attrs(e)["op"], _attrs(e)["exhausted"],
+             e.entity) for e in events] == [
+        ("storage.throttled", "job-7b-001", 1, "UploadPart", False, None),
+        ("storage.throttled", "job-7b-001", 1, "PutObject", True, "bucket-ckpt")]
+
+
+def test_dcgm_health_table_is_one_record_per_subsystem() -> None:
+    events, dead = _run("node-log", "dcgm_health.txt", node="node-041")
+    assert [(e.type, e.entity, _attrs(e)["system"], _attrs(e)["status"], e.severity.value)
+            for e in events] == [
+        ("node.health", "node-041/gpu3", "memory", "failure", "critical"),
+        ("node.health", "node-041/gpu5", "pcie", "warning", "warning")]
+    assert events[0].message == "A double-bit ECC error has occurred on GPU 3."
+    assert events[1].message.startswith("Detected more than 8 PCIe replays per minute for "
+                                         "GPU 5: 12. Reconnect PCIe card.")
+    assert events[1].message.endswith("continues")  # the wrapped rows are joined
+    assert not dead
+
+
+def test_cloudevents_structured_batch_and_mapping(tmp_path: Path) -> None:
+    (step,), _ = _run("cloudevents", "structured.json")
+    assert (step.type, step.project, step.job_id, step.attempt, step.attributes["step"]) == (
+        "job.step", "llm-pretrain", "job-7b-001", 1, 12450)
+    assert step.id == ce_id("urn:trainer:llm-pretrain/job-7b-001",
+                            "7d0c7a58-3f1b-4f0e-9a56-0c9f0e2b7d11")
+    assert step.attributes["ce_subject"] == "rank-0"
+    events, dead = _run("cloudevents", "batch.json")
+    assert [(e.type, e.attributes.get("step")) for e in events] == [
+        ("checkpoint.saved", 12000), ("job.step", 12460)]  # the second from data_base64
+    assert [d.field for d in dead] == ["[1].type", "[2].specversion", "[3].type"]
+    mapping = tmp_path / "ce.yaml"
+    mapping.write_text("com.example.ufm.port.down:\n  type: network.port_down\n"
+                       "  scope: port\n  entity: '{switch}/{port}'\n"
+                       "  attributes: {switch: '{switch}', port: '{port}'}\n")
+    config = AdapterConfig.load(cloudevents_mapping=str(mapping))
+    ctx = Context(producer="t", observed_at=OBSERVED, origin="batch.json")
+    results = run(registry(config)["cloudevents"],
+                  (FIXTURES / "cloudevents" / "batch.json").read_text(), ctx)
+    mapped = [r for r in results if isinstance(r, Event) and r.type == "network.port_down"]
+    assert [(e.entity, e.attributes["port"]) for e in mapped] == [("leaf-07/12", "12")]
+
+
+def test_cloudevents_binary_mode_headers() -> None:
+    headers = {"ce-specversion": "1.0", "ce-id": "x1", "ce-source": "/trainer",
+               "ce-type": "job.step", "ce-time": "2026-11-30T08:00:00Z",
+               "Content-Type": "application/json"}
+    body = b'{"project": "p", "job_id": "j", "attributes": {"step": 3}}'
+    ctx = Context(producer="t", observed_at=OBSERVED, origin="body")
+    (event,) = run(registry()["cloudevents"], from_binary(headers, body), ctx)
+    assert isinstance(event, Event) and event.attributes["step"] == 3
+
+
+def test_mapping_files_are_validated_at_load(tmp_path: Path) -> None:
+    bad = tmp_path / "am.yaml"
+    bad.write_text("IBPortDown:\n  type: network.down\n")
+    with pytest.raises(ValueError, match="IBPortDown: `type` must be a jobtrail event type"):
+        AdapterConfig.load(alert_mapping=str(bad))
+    good = tmp_path / "good.yaml"
+    good.write_text("PDULost:\n  type: node.not_ready\n  scope: node\n  entity: '{node}'\n")
+    config = AdapterConfig.load(alert_mapping=str(good))
+    assert config.alert_mapping is not None and "IBPortDown" in config.alert_mapping
+    payload = json.dumps({"version": "4", "status": "firing", "alerts": [
+        {"status": "firing", "labels": {"alertname": "PDULost", "node": "node-009"},
+         "startsAt": "2026-11-30T08:00:00Z", "fingerprint": "f1"}]})
+    ctx = replace(Context(producer="t", observed_at=OBSERVED), origin="body")
+    (event,) = run(registry(config)["alertmanager"], payload, ctx)
+    assert isinstance(event, Event) and (event.type, event.entity) == ("node.not_ready",
+                                                                        "node-009")
+
+
+def test_example_mapping_files_load() -> None:
+    root = Path(__file__).parents[2] / "examples"
+    config = AdapterConfig.load(str(root / "alert-mapping.yaml"),
+                                str(root / "cloudevents-mapping.yaml"))
+    assert config.alert_mapping and "PDUPowerLost" in config.alert_mapping
+    assert config.cloudevents_mapping and "com.example.ufm.port.up" in config.cloudevents_mapping
