@@ -27,6 +27,7 @@ from pydantic_core import to_json
 
 from jobtrail.telemetry import emit
 from processors.attempts import Attempt
+from processors.incidents.model import Incident, IncidentEvent
 from processors.pipeline import Outputs
 from processors.timeline import TimelineRow
 from schemas.dead_letters import DeadLetter
@@ -257,7 +258,47 @@ class Store:
         self._insert_json("job_timeline", [timeline_json(r) for r in outputs.timeline], token)
         self._insert("job_attempts", [attempt_row(a) for a in outputs.attempts],
                      ATTEMPT_COLUMNS, token)
+        self.write_incidents(outputs.incidents, outputs.incident_states, token)
         self._insert_json("events", [e.to_json().encode() for e in outputs.events], token)
+
+    def write_incidents(self, log: Sequence[IncidentEvent], states: Sequence[Incident],
+                        token: str | None = None) -> None:
+        """The incident log and the touched incidents' projections (log first)."""
+        from processors.incidents.projection import log_row, projection_rows
+
+        self._insert_json("incident_log", [to_json(log_row(e)) for e in log], token)
+        for table, rows in projection_rows(list(states)).items():
+            self._insert_json(table, [to_json(r) for r in rows], token)
+
+    def load_incident_log(self) -> list[IncidentEvent]:
+        from processors.incidents.model import Actor
+
+        rows = self._dicts("SELECT id, incident_id, seq, kind, time, actor_kind, actor, rule, "
+                           "data, command_id FROM incident_log FINAL ORDER BY incident_id, seq")
+        return [IncidentEvent(id=r["id"], incident_id=r["incident_id"], seq=r["seq"],
+                              kind=r["kind"], time=r["time"],
+                              actor=Actor(kind=r["actor_kind"], name=r["actor"], rule=r["rule"]),
+                              data=json.loads(r["data"]), command_id=r["command_id"])
+                for r in rows]
+
+    def replay_incidents(self) -> tuple[int, int]:
+        """Rebuild every incident projection from the log; returns (events, incidents)."""
+        from processors.incidents.model import fold
+
+        log = self.load_incident_log()
+        states = fold(log)
+        for table in ("incidents", "incident_evidence", "incident_jobs", "actions"):
+            self.client.command(f"TRUNCATE TABLE IF EXISTS {self.database}.{table}")
+        self.write_incidents([], list(states.values()))
+        return len(log), len(states)
+
+    def recent_events(self, seconds: float) -> list[Event]:
+        """Every event within `seconds` of the newest, oldest first (detector memory)."""
+        rows = self._dicts(
+            f"SELECT {', '.join(EVENT_COLUMNS)} FROM events FINAL WHERE "
+            "time >= (SELECT max(time) FROM events) - toIntervalMillisecond({ms:Int64}) "
+            "ORDER BY time, id", ms=int(seconds * 1000))
+        return [event_from_row(r) for r in rows]
 
     def write_dead_letters(self, dead_letters: Sequence[DeadLetter],
                            token: str | None = None) -> int:

@@ -18,6 +18,11 @@ METRICS = {
     "events_duplicate": "Redelivered events dropped because their id was already stored",
     "events_dead_lettered": "Inputs sent to the dead-letter path, by stage",
     "store_retries": "ClickHouse writes retried after an error",
+    "incidents_opened": "Incidents opened by the detector",
+    "incident_open_latency_ms": "Sum of signal-observed to incident-stored times (ms); "
+                                "divide by incidents_opened",
+    "incident_events": "Incident events appended to the log, by kind",
+    "incident_commands": "Incident commands applied, by command",
 }
 
 _counters: Counter[tuple[str, str]] = Counter()

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from processors.attempts import LIFECYCLE_TYPES, Attempt, JobRecord, evolve
+from processors.incidents.detector import Detector
+from processors.incidents.model import Command, Incident, IncidentEvent
+from processors.incidents.rules import Rules, load_rules
 from processors.timeline import Membership, TimelineRow, filesystem_of, lookup_keys, rows_for
 from processors.topology import Topology
 from schemas.events import Event
@@ -30,13 +33,17 @@ class Outputs:
     events: list[Event] = field(default_factory=list)
     timeline: list[TimelineRow] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
+    incidents: list[IncidentEvent] = field(default_factory=list)
+    incident_states: list[Incident] = field(default_factory=list)
 
 
 class Pipeline:
     def __init__(self, slack: timedelta = timedelta(seconds=30),
                  topology: Topology | None = None,
-                 lateness: timedelta = timedelta(minutes=10)) -> None:
+                 lateness: timedelta = timedelta(minutes=10), rules: Rules | None = None,
+                 ) -> None:
         self.jobs: dict[tuple[str, str], JobRecord] = {}
+        self.detector = Detector(rules or load_rules(), lambda: self.topology)
         self.membership = Membership(slack)
         self.topology = topology or Topology()
         self.lateness = lateness
@@ -136,17 +143,44 @@ class Pipeline:
                 self.membership.update(attempt)
                 out.attempts.append(attempt)
                 placed.append(attempt)
+        for attempt in placed:
+            if attempt.started_at is not None:
+                late = self._late_rows(attempt)
+                out.timeline.extend(late)
+                self.detector.reach(late)
         for event in events:
             if event.type == "topology.link":
                 continue
-            job_record = self.jobs.get((event.project, event.job_id)) if event.job_id else None
-            attempt_of_job = job_record.attempt_at(event.time) if job_record else None
-            rows = rows_for(event, self.membership, attempt_of_job, self.topology)
+            rows = self._rows(event)
             out.timeline.extend(rows)
             if not event.job_id:
                 self._wait(event, {(r.project, r.job_id, r.attempt) for r in rows})
-        for attempt in placed:
-            if attempt.started_at is not None:
-                out.timeline.extend(self._late_rows(attempt))
+            out.incidents.extend(self.detector.observe(event, rows))
         self._expire()
+        incident_ids = dict.fromkeys(e.incident_id for e in out.incidents)
+        out.incident_states = [self.detector.book[i] for i in incident_ids]
         return out
+
+    def _rows(self, event: Event) -> list[TimelineRow]:
+        job_record = self.jobs.get((event.project, event.job_id)) if event.job_id else None
+        attempt_of_job = job_record.attempt_at(event.time) if job_record else None
+        return rows_for(event, self.membership, attempt_of_job, self.topology)
+
+    def restore_incidents(self, log: Sequence[IncidentEvent], recent: Iterable[Event]) -> None:
+        """The incident book from its log; the detector's memory (signals, progress) from
+        the recent events, replayed without deciding anything again."""
+        self.detector.restore(log, self.jobs)
+        self.detector.replaying = True
+        try:
+            for event in sorted(recent, key=lambda e: (e.time, e.id)):
+                if event.type != "topology.link":
+                    self.detector.observe(event, self._rows(event))
+        finally:
+            self.detector.replaying = False
+
+    def command(self, command: Command) -> Outputs:
+        """A person's incident command, through the same book the detector decides with."""
+        events = self.detector.command(command)
+        return Outputs(incidents=events,
+                       incident_states=[self.detector.book[command.incident_id]] if events
+                       else [])

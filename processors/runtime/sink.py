@@ -7,15 +7,20 @@ dropped here, before the processors see them, by asking the store which ids it a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from ingest.canonical import decode_canonical
 from jobtrail.store import Store
 from jobtrail.telemetry import emit
+from processors.incidents.model import Command, IncidentEvent
 from processors.pipeline import Pipeline
 from schemas.dead_letters import DeadLetter
-from schemas.events import Event
+from schemas.events import Event, parse_time
+
+log = logging.getLogger("jobtrail.incidents")
 
 
 @dataclass
@@ -36,7 +41,19 @@ class Sink:
         attempts = self.store.load_attempts()
         recent = self.store.recent_infra_events(self.pipeline.lateness.total_seconds())
         self.pipeline.restore(attempts, recent)
+        rules = self.pipeline.detector.rules
+        memory = 2 * max(rules.cause_window_s, rules.group_window_s, rules.restart_deadline_s,
+                         rules.progress.hang_after_s, rules.progress.fail_slow.for_s)
+        self.pipeline.restore_incidents(self.store.load_incident_log(),
+                                        self.store.recent_events(memory))
         return len(attempts)
+
+    def command(self, command: Command) -> list[IncidentEvent]:
+        """Apply a person's command (raises InvalidTransition) and store what it changed."""
+        outputs = self.pipeline.command(command)
+        self.store.write(outputs)
+        emit("incident_commands", 1, command=command.command)
+        return outputs.incidents
 
     def decode(self, records: Sequence[bytes | str], positions: Sequence[str] | None = None,
                ) -> tuple[list[Event], list[DeadLetter]]:
@@ -62,6 +79,7 @@ class Sink:
         dead_letters = [d for d in dead_letters if d.id not in known_letters]
         outputs = self.pipeline.process(fresh)
         self.store.write(outputs, dead_letters, token)
+        _incident_latency(outputs.incidents)
         result.stored = len(fresh)
         result.timeline_rows = len(outputs.timeline)
         emit("events_stored", len(fresh))
@@ -69,3 +87,19 @@ class Sink:
         for letter in dead_letters:
             emit("events_dead_lettered", 1, stage=letter.stage)
         return result
+
+
+def _incident_latency(events: Sequence[IncidentEvent]) -> None:
+    """Signal observed -> incident stored, for every incident this batch opened."""
+    now = datetime.now(UTC)
+    for event in events:
+        emit("incident_events", 1, kind=event.kind)
+        if event.kind != "opened":
+            continue
+        emit("incidents_opened", 1)
+        observed = event.data.get("observed_at")
+        if observed:
+            ms = int((now - parse_time(observed)).total_seconds() * 1000)
+            emit("incident_open_latency_ms", max(ms, 1))
+            log.info("incident_opened id=%s class=%s latency_ms=%d", event.incident_id,
+                     event.data.get("class"), ms)

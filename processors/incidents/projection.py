@@ -1,0 +1,80 @@
+"""Incident state -> the ClickHouse current-state projections (`incidents`,
+`incident_evidence`, `incident_jobs`, `actions`). Rows carry the incident's `seq` as their
+version, so ReplacingMergeTree keeps the newest; `jobtrail replay` recomputes them all from
+`incident_log` with the same functions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from processors.incidents.model import Incident, IncidentEvent
+
+
+def _t(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def log_row(event: IncidentEvent) -> dict[str, Any]:
+    return {"id": event.id, "incident_id": event.incident_id, "seq": event.seq,
+            "kind": event.kind, "time": event.time.isoformat(), "actor_kind": event.actor.kind,
+            "actor": event.actor.name, "rule": event.actor.rule,
+            "data": event.model_dump_json(include={"data"})[8:-1],
+            "command_id": event.command_id}
+
+
+def incident_row(inc: Incident) -> dict[str, Any]:
+    return {
+        "incident_id": inc.id, "version": inc.seq, "key": inc.key, "status": inc.status,
+        "title": inc.title, "class": inc.klass, "entity": inc.entity, "rule": inc.rule,
+        "cause_class": inc.cause_class, "cause_entity": inc.cause_entity,
+        "cause_event": inc.cause_event, "confidence": inc.confidence,
+        "explanation": inc.explanation, "severity": inc.severity,
+        "severity_why": inc.severity_why, "owner": inc.owner, "owner_rule": inc.owner_rule,
+        "owner_why": inc.owner_why, "commander": inc.commander,
+        "opened_at": _t(inc.opened_at), "acknowledged_at": _t(inc.acknowledged_at),
+        "mitigated_at": _t(inc.mitigated_at), "resolved_at": _t(inc.resolved_at),
+        "closed_at": _t(inc.closed_at), "first_signal_at": _t(inc.first_signal_at),
+        "last_signal_at": _t(inc.last_signal_at), "signals": inc.signals,
+        "impacted_jobs": len({(j.project, j.job_id) for j in inc.jobs.values()
+                              if j.role != "linked"}),
+        "impacted_gpus": sum(j.gpus for j in inc.jobs.values() if j.role == "failed"),
+        "lost_gpu_hours": inc.lost_gpu_hours, "lost_steps": inc.lost_steps,
+        "recovery": inc.recovery, "projects": inc.projects, "flags": sorted(inc.flags),
+        "linked": list(inc.linked),
+    }
+
+
+def evidence_rows(inc: Incident) -> list[dict[str, Any]]:
+    return [{"incident_id": inc.id, "event_id": e.event_id, "time": e.time.isoformat(),
+             "type": e.type, "source": e.source, "entity": e.entity, "why": e.why,
+             "role": e.role, "project": e.project, "job_id": e.job_id,
+             "attempt": e.attempt or 0} for e in inc.evidence.values()]
+
+
+def job_rows(inc: Incident) -> list[dict[str, Any]]:
+    return [{"incident_id": inc.id, "project": j.project, "job_id": j.job_id,
+             "attempt": j.attempt, "role": j.role, "gpus": j.gpus, "failed_at": _t(j.failed_at),
+             "failure_step": j.failure_step, "last_checkpoint_step": j.last_checkpoint_step,
+             "last_checkpoint_at": _t(j.last_checkpoint_at),
+             "restarted_attempt": j.restarted_attempt, "restarted_at": _t(j.restarted_at),
+             "restored_step": j.restored_step, "resumed_at": _t(j.resumed_at),
+             "verified_at": _t(j.verified_at), "lost_gpu_hours": j.lost_gpu_hours,
+             "lost_steps": j.lost_steps, "recovery": j.recovery,
+             "duplicate_run": j.duplicate_run, "version": inc.seq}
+            for j in inc.jobs.values()]
+
+
+def action_rows(inc: Incident) -> list[dict[str, Any]]:
+    return [{"incident_id": inc.id, "action_id": a.action_id, "title": a.title,
+             "owner": a.owner, "status": a.status, "due": a.due, "version": inc.seq}
+            for a in inc.actions.values()]
+
+
+def projection_rows(incidents: list[Incident]) -> dict[str, list[dict[str, Any]]]:
+    return {
+        "incidents": [incident_row(i) for i in incidents],
+        "incident_evidence": [r for i in incidents for r in evidence_rows(i)],
+        "incident_jobs": [r for i in incidents for r in job_rows(i)],
+        "actions": [r for i in incidents for r in action_rows(i)],
+    }
