@@ -414,9 +414,9 @@ class Detector:
         if checkpoint:
             progress = self._progress.setdefault(key, Progress())
             progress.failed_ckpt = (time, inc_id)
-            self._impacted(inc_id, key, time, rule.name, failed=False)
-        else:
-            self._impacted(inc_id, key, time, rule.name, failed=True)
+        # a failed checkpoint or a slow-down degrades the attempt; anything else ended it
+        self._impacted(inc_id, key, time, rule.name,
+                       failed=rule.klass not in ("checkpoint", "fail_slow"))
 
     def _own_cause(self, inc_id: str, rule: SymptomRule, key: AttemptKey,
                    time: datetime) -> None:
@@ -486,6 +486,12 @@ class Detector:
                              "restart", inc_id, key)
         self._emit(inc_id, "job_impacted", time, self._actor(rule), data, _akey(key))
         self._severity(inc_id, time, rule)
+        if inc.key.startswith("node:"):
+            standing = self._open.get(f"lemon:{inc.key[5:]}")
+            if standing is not None:
+                self._emit(standing, "job_impacted", time, self._actor("repeat-offender"),
+                           {"job": _job(key), "gpus": gpus, "role": "linked"},
+                           f"{inc_id}:{_akey(key)}")
 
     # --- routing and severity -----------------------------------------------------------
 
@@ -597,6 +603,10 @@ class Detector:
         elif event.type == "checkpoint.saved" and isinstance(attrs.get("step"), int):
             progress.ckpt_step, progress.ckpt_at = attrs["step"], event.time
             progress.failed_ckpt = None
+            # a checkpoint is progress too: a slow save is not a hang
+            progress.last_step_at, progress.last_step_event = event.time, event.id
+            self._push_timer(event.time + timedelta(seconds=self.rules.progress.hang_after_s),
+                             "hang", event.id, key)
         elif event.type == "checkpoint.restored" and isinstance(attrs.get("step"), int):
             for inc_id, failed in self._pending.get((key[0], key[1]), []):
                 if failed[2] < key[2]:
@@ -723,7 +733,7 @@ class Detector:
         if self.watermark is not None and time <= self.watermark:
             return
         self.watermark = time
-        while self._timers and self._timers[0][0] <= time:
+        while self._timers and self._timers[0][0] < time:
             when, _, kind, ref, key = heapq.heappop(self._timers)
             if kind == "hang":
                 self._hang(when, ref, key)
