@@ -123,6 +123,11 @@ def dead_letter_row(d: DeadLetter) -> list[Any]:
     return [d.id, d.received_at, d.stage, d.reason, d.field, d.producer, d.event_ref, d.payload]
 
 
+INCIDENT_LIST = ("incident_id, status, severity, class, entity, owner, title, opened_at, "
+                 "resolved_at, impacted_jobs, impacted_gpus, lost_gpu_hours, recovery, "
+                 "projects, confidence")
+
+
 def event_from_row(row: dict[str, Any]) -> Event:
     data = {k: v for k, v in row.items() if v not in ("", None) or k in ("project", "message")}
     data["attributes"] = json.loads(row["attributes"] or "{}")
@@ -403,6 +408,60 @@ class Store:
             since=since or datetime(1970, 1, 1, tzinfo=UTC),
             until=until or datetime(2200, 1, 1, tzinfo=UTC), limit=limit)
 
+    # --- incidents (every read bound to the caller's projects; None = an operator) --------
+
+    def incidents(self, projects: Sequence[str] | None, *, status: str = "",
+                  since: datetime | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        """Incidents touching the caller's projects, newest first. Infrastructure incidents
+        that impacted no job are visible to operators only."""
+        return self._dicts(
+            f"SELECT {INCIDENT_LIST} FROM incidents FINAL "
+            "WHERE ({all:Bool} OR hasAny(projects, {projects:Array(String)})) "
+            "AND ({status:String} = '' OR status = {status:String}) "
+            "AND opened_at >= {since:DateTime64(3, 'UTC')} "
+            "ORDER BY opened_at DESC, incident_id LIMIT {limit:UInt32}",
+            all=projects is None, projects=list(projects or []), status=status,
+            since=since or datetime(1970, 1, 1, tzinfo=UTC), limit=limit)
+
+    def incident(self, incident_id: str,
+                 projects: Sequence[str] | None) -> dict[str, Any] | None:
+        """One incident with its impacted jobs, evidence and log, or None when it does not
+        exist or touches none of the caller's projects. Other projects' jobs, their
+        evidence and their log entries are left out."""
+        rows = self._dicts(
+            "SELECT * FROM incidents FINAL WHERE incident_id = {id:String} "
+            "AND ({all:Bool} OR hasAny(projects, {projects:Array(String)}))",
+            id=incident_id, all=projects is None, projects=list(projects or []))
+        if not rows:
+            return None
+        params = {"id": incident_id, "all": projects is None, "projects": list(projects or [])}
+        out = rows[0]
+        out["jobs"] = self._dicts(
+            "SELECT * EXCEPT version FROM incident_jobs FINAL WHERE incident_id = {id:String} "
+            "AND ({all:Bool} OR project IN {projects:Array(String)}) "
+            "ORDER BY project, job_id, attempt", **params)
+        out["evidence"] = self._dicts(
+            "SELECT * EXCEPT incident_id FROM incident_evidence FINAL "
+            "WHERE incident_id = {id:String} "
+            "AND ({all:Bool} OR project = '' OR project IN {projects:Array(String)}) "
+            "ORDER BY time, event_id", **params)
+        out["actions"] = self._dicts(
+            "SELECT action_id, title, owner, status, due FROM actions FINAL "
+            "WHERE incident_id = {id:String} ORDER BY action_id", id=incident_id)
+        log = self._dicts(
+            "SELECT seq, kind, time, actor_kind, actor, rule, data, command_id "
+            "FROM incident_log FINAL WHERE incident_id = {id:String} ORDER BY seq",
+            id=incident_id)
+        allowed = None if projects is None else set(projects)
+        out["log"] = []
+        for entry in log:
+            entry["data"] = json.loads(entry["data"])
+            owner = (entry["data"].get("job") or {}).get("project") or \
+                entry["data"].get("project") or ""
+            if allowed is None or not owner or owner in allowed:
+                out["log"].append(entry)
+        return out
+
     def dead_letters(self, limit: int = 1000) -> list[dict[str, Any]]:
         return self._dicts(
             "SELECT received_at, stage, reason, field, producer, event_ref, payload "
@@ -410,7 +469,9 @@ class Store:
 
     def count(self, table: str, *, final: bool = True) -> int:
         """Row count of one of our tables (operational checks and tests)."""
-        if table not in {"events", "job_timeline", "job_attempts", "dead_letters"}:
+        if table not in {"events", "job_timeline", "job_attempts", "dead_letters",
+                         "incident_log", "incidents", "incident_evidence", "incident_jobs",
+                         "actions"}:
             raise ValueError(f"unknown table {table!r}")
         suffix = " FINAL" if final else ""
         return int(self._q(f"SELECT count() FROM {table}{suffix}").result_rows[0][0])

@@ -112,7 +112,10 @@ class Route(_Strict):
     @field_validator("entity")
     @classmethod
     def _regex(cls, value: str) -> str:
-        re.compile(value)
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
         return value
 
     def matches(self, klass: str, entity: str) -> bool:

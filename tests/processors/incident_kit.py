@@ -42,8 +42,9 @@ def ev(type_: str, when: datetime, *, job: str | None = None, attempt: int | Non
                  observed_at=when, attributes=attributes, **fields)
 
 
-def started(job: str, attempt: int, when: datetime, on: list[str], **attrs: Any) -> Event:
-    return ev("job.started", when, job=job, attempt=attempt,
+def started(job: str, attempt: int, when: datetime, on: list[str], project: str = PROJECT,
+            **attrs: Any) -> Event:
+    return ev("job.started", when, job=job, attempt=attempt, project=project,
               attributes={"nodes": on, "gpus": 8 * len(on), "mounts": ["lustre-scratch:/x"],
                           **attrs})
 

@@ -1,0 +1,105 @@
+"""The incident aggregate: lifecycle, invalid transitions, idempotent commands, rules files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from processors.incidents.model import Actor, Command, InvalidTransition, fold
+from processors.incidents.rules import DEFAULT_RULES, RulesError, load_rules
+from tests.processors.incident_kit import at, ev, incidents, nodes, run, started
+
+ALICE = Actor(kind="person", name="alice")
+
+
+def _opened() -> tuple[list, object]:  # type: ignore[type-arg]
+    log, p = run([started("j", 1, at(0), nodes(1, 2)),
+                  ev("node.xid", at(5), scope="gpu", entity="node-001/gpu0", node="node-001",
+                     attributes={"xid": 79})])
+    return log, p
+
+
+def _cmd(inc: str, command: str, n: int, **data: object) -> Command:
+    return Command(command_id=f"c{n}", incident_id=inc, command=command,  # type: ignore[arg-type]
+                   actor=ALICE, time=at(10 + n), data=data)
+
+
+def test_lifecycle_is_audited_and_invalid_transitions_say_why() -> None:
+    log, p = _opened()
+    (inc,) = incidents(log)
+    d = p.detector
+    with pytest.raises(InvalidTransition, match="cannot go to closed from open"):
+        d.command(_cmd(inc.id, "close", 1))
+    for n, name in enumerate(["ack", "mitigate", "resolve"], start=2):
+        (event,) = d.command(_cmd(inc.id, name, n))
+        log.append(event)
+        assert event.actor == ALICE and event.command_id == f"c{n}"
+    assert d.book[inc.id].status == "resolved"
+    with pytest.raises(InvalidTransition, match="cannot go to acknowledged from resolved"):
+        d.command(_cmd(inc.id, "ack", 9))
+    log += d.command(_cmd(inc.id, "add_action", 10, title="replace node-001 GPU0",
+                          owner="hardware-ops"))
+    with pytest.raises(InvalidTransition, match="open follow-up actions remain"):
+        d.command(_cmd(inc.id, "close", 11))
+    action = next(iter(d.book[inc.id].actions))
+    log += d.command(_cmd(inc.id, "update_action", 12, action_id=action, status="done"))
+    log += d.command(_cmd(inc.id, "close", 13))
+    state = d.book[inc.id]
+    assert state.status == "closed" and state.closed_at == at(23)
+    with pytest.raises(InvalidTransition, match="is closed"):
+        d.command(_cmd(inc.id, "reopen", 14))
+    # the log is the state: folding it again gives the same incident
+    assert fold(log)[inc.id] == state
+    assert [e.seq for e in log if e.incident_id == inc.id] == list(range(1, state.seq + 1))
+
+
+def test_a_command_applied_twice_changes_nothing() -> None:
+    log, p = _opened()
+    (inc,) = incidents(log)
+    first = p.detector.command(_cmd(inc.id, "ack", 1))
+    assert len(first) == 1
+    assert p.detector.command(_cmd(inc.id, "ack", 1)) == []  # same command id: no-op
+
+
+def test_a_manual_assignment_is_an_event_and_the_processor_keeps_it() -> None:
+    log, p = _opened()
+    (inc,) = incidents(log)
+    assert inc.owner == "hardware-ops" and inc.owner_rule == "gpu"
+    (event,) = p.detector.command(_cmd(inc.id, "assign", 1, team="network",
+                                       why="the GPU fell off after a cable swap"))
+    assert event.kind == "owner_assigned" and event.data["rule"] == "manual"
+    # a later signal on the same node does not route it back
+    out = p.process([ev("node.xid", at(20), scope="gpu", entity="node-001/gpu0",
+                        node="node-001", attributes={"xid": 79})])
+    assert "owner_assigned" not in [e.kind for e in out.incidents]
+    state = p.detector.book[inc.id]
+    assert (state.owner, state.owner_why) == ("network", "the GPU fell off after a cable swap")
+
+
+def test_a_signal_after_resolution_reopens_the_incident() -> None:
+    log, p = _opened()
+    (inc,) = incidents(log)
+    p.detector.command(_cmd(inc.id, "resolve", 1))
+    out = p.process([ev("node.xid", at(30), scope="gpu", entity="node-001/gpu0",
+                        node="node-001", attributes={"xid": 79})])
+    assert [e.kind for e in out.incidents][:1] == ["reopened"]
+    assert p.detector.book[inc.id].status == "open"
+
+
+def test_the_default_rules_file_is_valid_and_errors_name_the_field(tmp_path: Path) -> None:
+    rules = load_rules(DEFAULT_RULES)
+    assert {r.name for r in rules.signals} >= {"gpu-xid-fatal", "ib-port-flap"}
+    bad = tmp_path / "rules.yaml"
+    bad.write_text("signals:\n  - {name: x, types: [node.xidd], class: gpu_hardware}\n")
+    with pytest.raises(RulesError, match=r"signals\.0\.types: Value error, unknown event type"):
+        load_rules(bad)
+    bad.write_text("cause_window_s: -1\n")
+    with pytest.raises(RulesError, match="cause_window_s"):
+        load_rules(bad)
+    bad.write_text("routing: {rules: [{name: r, team: t, entity: '('}]}\n")
+    with pytest.raises(RulesError, match=r"routing\.rules\.0\.entity"):
+        load_rules(bad)
+    bad.write_text("signal: []\n")  # a typo is an error, not a silently ignored key
+    with pytest.raises(RulesError, match="signal: Extra inputs are not permitted"):
+        load_rules(bad)
