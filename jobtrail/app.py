@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from jobtrail.config import Settings
 from jobtrail.store import Store
+from processors.incidents.rules import load_rules
 from processors.pipeline import Pipeline
 from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
 from processors.runtime.sink import Sink
@@ -29,7 +30,8 @@ def load_topology(settings: Settings) -> Topology:
 def build_sink(settings: Settings, store: Store, topology: Topology | None = None) -> Sink:
     pipeline = Pipeline(timedelta(seconds=settings.attribution_slack_s),
                         topology or load_topology(settings),
-                        timedelta(seconds=settings.lateness_s))
+                        timedelta(seconds=settings.lateness_s),
+                        load_rules(settings.rules_file))
     sink = Sink(store, pipeline)
     sink.restore()
     return sink

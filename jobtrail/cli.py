@@ -163,6 +163,22 @@ def demo(ctx: click.Context, colour: bool | None) -> None:
     _ingest_text(settings, sample.jsonl(), producer="sample", origin="sample", topology=wiring)
     ctx.invoke(timeline, job=sample.JOB, project=sample.PROJECT, attempt=None, since=None,
                until=None, colour=colour, as_json=False)
+    from jobtrail import cli_incidents
+
+    click.echo("")
+    ctx.invoke(cli_incidents.incidents, projects=(), status="", as_json=False)
+    worst = max(_store_of(settings).incidents(None), key=lambda r: r["lost_gpu_hours"],
+                default=None)
+    if worst is not None:
+        click.echo("")
+        ctx.invoke(cli_incidents.show, incident_id=worst["incident_id"], projects=(),
+                   as_json=False)
+
+
+def _store_of(settings: Settings) -> Any:
+    from jobtrail.app import open_store
+
+    return open_store(settings)
 
 
 @main.command()
@@ -416,6 +432,16 @@ def kafka_status(directory: Path) -> None:
         click.echo("not running")
         raise SystemExit(1)
 
+
+def _register() -> None:
+    from jobtrail import cli_incidents
+
+    main.add_command(cli_incidents.incidents)
+    main.add_command(cli_incidents.incident)
+    main.add_command(cli_incidents.replay)
+
+
+_register()
 
 if __name__ == "__main__":
     main()

@@ -63,6 +63,8 @@ class Settings:
     """YAML file adding to/overriding the Alertmanager/Grafana alertname mapping."""
     cloudevents_mapping: str = ""
     """YAML file mapping foreign CloudEvent types to ours."""
+    rules_file: Path | None = None
+    """Detection/routing/severity rules (default: processors/incidents/rules.yaml)."""
 
     def adapter_config(self) -> AdapterConfig:
         """The adapters' mapping files, loaded and validated (raises ValueError naming them)."""
@@ -111,5 +113,6 @@ class Settings:
             http_port=_int(env, "JOBTRAIL_HTTP_PORT", 8080),
             alert_mapping=env.get("JOBTRAIL_ALERT_MAPPING", ""),
             cloudevents_mapping=env.get("JOBTRAIL_CLOUDEVENTS_MAPPING", ""),
+            rules_file=Path(env["JOBTRAIL_RULES"]) if env.get("JOBTRAIL_RULES") else None,
             api_tokens=tokens,
         )

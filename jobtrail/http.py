@@ -70,6 +70,10 @@ class EmbeddedBackend:
         await self.call(self.runner.submit, records)
         self._wake.set()
 
+    async def command(self, command: Any) -> list[Any]:
+        """Applied at once, in the same thread as the processors (one book)."""
+        return await self.call(self.runner.sink.command, command)  # type: ignore[no-any-return]
+
     def topology(self) -> Any:
         """The live wiring the processors use (file plus applied `topology.link` events)."""
         return self.runner.sink.pipeline.topology
@@ -113,6 +117,12 @@ class KafkaBackend:
 
     async def submit(self, records: list[Any]) -> None:
         await self.publisher.publish(records)
+
+    async def command(self, command: Any) -> None:
+        """Queued on jobtrail.incident-commands; the worker applies or dead-letters it."""
+        from jobtrail.kafka_io import publish_command
+
+        await self.call(publish_command, self.settings, command)
 
     def topology(self) -> Any:
         from jobtrail.app import load_topology
@@ -282,6 +292,75 @@ async def entity_timeline(request: web.Request) -> web.Response:
     return web.json_response({"rows": rows}, dumps=_dumps)
 
 
+def _scope(request: web.Request) -> list[str] | None:
+    """Projects an incident read is bound to: the token's, narrowed by `?project=`; None
+    only for an open (auth-off, local) API asked for everything."""
+    allowed = _token_projects(request)
+    wanted = request.query.getall("project", [])
+    if allowed is None:
+        return wanted or None
+    return [p for p in (wanted or allowed) if p in allowed]
+
+
+def _not_found(what: str) -> web.HTTPNotFound:
+    return web.HTTPNotFound(text=json.dumps({"error": f"no such {what}"}),
+                            content_type="application/json")
+
+
+async def list_incidents(request: web.Request) -> web.Response:
+    backend = request.app[BACKEND]
+    rows = await backend.call(backend.store.incidents, _scope(request),
+                              status=request.query.get("status", ""),
+                              since=_query_time(request, "since"))
+    return web.json_response({"incidents": rows}, dumps=_dumps)
+
+
+async def show_incident(request: web.Request) -> web.Response:
+    backend = request.app[BACKEND]
+    found = await backend.call(backend.store.incident, request.match_info["incident_id"],
+                               _scope(request))
+    if found is None:  # unknown, or touching none of the caller's projects: same answer
+        raise _not_found("incident")
+    return web.json_response(found, dumps=_dumps)
+
+
+async def incident_command(request: web.Request) -> web.Response:
+    """`POST /v1/incidents/{id}/commands` `{"command": "ack", "by": "alice", "command_id":
+    "...", "data": {...}}`: 200 with the events it appended (embedded), 202 queued (cluster),
+    409 with the reason when the incident's state refuses it, 422 for a malformed command."""
+    from pydantic import ValidationError
+
+    from processors.incidents.model import Actor, Command, InvalidTransition
+
+    backend = request.app[BACKEND]
+    incident_id = request.match_info["incident_id"]
+    scope = _scope(request)
+    if await backend.call(backend.store.incident, incident_id, scope) is None:
+        raise _not_found("incident")
+    try:
+        body = json.loads(await request.read())
+        by = str(body.get("by") or "")
+        command = Command(command_id=str(body.get("command_id") or ""),
+                          incident_id=incident_id, command=body.get("command"),
+                          actor=Actor(kind="team" if by.startswith("team:") else "person",
+                                      name=by.removeprefix("team:")),
+                          time=datetime.now(UTC), data=body.get("data") or {})
+    except (ValueError, AttributeError) as exc:
+        detail = exc.errors()[0] if isinstance(exc, ValidationError) else {"msg": str(exc)}
+        where = ".".join(str(x) for x in detail.get("loc", ()))
+        raise web.HTTPUnprocessableEntity(
+            text=json.dumps({"error": f"{where}: {detail['msg']}" if where else detail["msg"]}),
+            content_type="application/json") from None
+    try:
+        events = await backend.command(command)
+    except InvalidTransition as exc:
+        raise web.HTTPConflict(text=json.dumps({"error": str(exc)}),
+                               content_type="application/json") from None
+    if events is None:
+        return web.json_response({"queued": command.command_id}, status=202)
+    return web.json_response({"events": [e.model_dump(mode="json") for e in events]})
+
+
 def _dumps(value: Any) -> str:
     import json
 
@@ -317,6 +396,9 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
     app.router.add_get("/v1/where", where)
     app.router.add_get("/v1/jobs/{job_id}/attempts/{attempt}", attempt_resources)
     app.router.add_get("/v1/entities/{name}/timeline", entity_timeline)
+    app.router.add_get("/v1/incidents", list_incidents)
+    app.router.add_get("/v1/incidents/{incident_id}", show_incident)
+    app.router.add_post("/v1/incidents/{incident_id}/commands", incident_command)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     return app

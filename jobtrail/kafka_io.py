@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from jobtrail.config import Settings
+from processors.incidents.model import Command
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 
@@ -94,5 +95,22 @@ def publish_sync(settings: Settings, records: Sequence[Event | DeadLetter]) -> N
             await publisher.publish(records)
         finally:
             await publisher.stop()
+
+    asyncio.run(run())
+
+
+def publish_command(settings: Settings, command: Command) -> None:
+    """Queue a person's incident command on `jobtrail.incident-commands` (keyed by incident)."""
+
+    async def run() -> None:
+        await ensure_topics(settings)
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka, acks="all")
+        await producer.start()
+        try:
+            await (await producer.send(settings.topic("incident-commands"),
+                                       command.model_dump_json().encode(),
+                                       key=command.incident_id.encode()))
+        finally:
+            await producer.stop()
 
     asyncio.run(run())

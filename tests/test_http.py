@@ -43,6 +43,9 @@ class _Backend:
         self.runner.submit(records)
         self.runner.drain()
 
+    async def command(self, command: Any) -> list[Any]:
+        return self.runner.sink.command(command)
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
@@ -226,3 +229,50 @@ def test_a_bad_mapping_file_stops_the_server_at_start(tmp_path: Path) -> None:
     bad.write_text("- not a mapping\n")
     with pytest.raises(ValueError, match="keyed by alertname"):
         create_app(Settings(home=tmp_path, alert_mapping=str(bad)), object())
+
+
+def test_incident_routes_are_bound_to_the_token_projects(store: Store, tmp_path: Path) -> None:
+    from tests.processors.incident_kit import at, ev, started
+
+    backend = _Backend(store, tmp_path)
+    backend.runner.submit([
+        started("j", 1, at(0), ["node-001", "node-002"]),
+        ev("node.xid", at(5), scope="gpu", entity="node-001/gpu0", node="node-001",
+           attributes={"xid": 79}),
+        ev("job.worker_exited", at(5, 3), job="j", attempt=1, node="node-001",
+           attributes={"rank": 0, "exit_code": 1})])
+    backend.runner.drain()
+    mine = {"Authorization": "Bearer tok-a"}
+    theirs = {"Authorization": "Bearer tok-b"}
+
+    async def scenario(client: aiohttp.ClientSession) -> None:
+        listed = await (await client.get("/v1/incidents", headers=mine)).json()
+        (inc,) = listed["incidents"]
+        assert (inc["class"], inc["owner"], inc["impacted_jobs"]) == ("gpu_hardware",
+                                                                      "hardware-ops", 1)
+        assert (await (await client.get("/v1/incidents", headers=theirs)).json()) == {
+            "incidents": []}
+        url = f"/v1/incidents/{inc['incident_id']}"
+        assert (await client.get(url, headers=theirs)).status == 404
+        assert (await client.get(url)).status == 401
+        shown = await (await client.get(url, headers=mine)).json()
+        assert shown["jobs"][0]["job_id"] == "j" and shown["log"][0]["kind"] == "opened"
+        ack = {"command": "ack", "by": "alice", "command_id": "http-1"}
+        first = await client.post(f"{url}/commands", json=ack, headers=mine)
+        assert first.status == 200
+        assert [e["kind"] for e in (await first.json())["events"]] == ["acknowledged"]
+        again = await (await client.post(f"{url}/commands", json=ack, headers=mine)).json()
+        assert again == {"events": []}  # idempotent by command id
+        refused = await client.post(f"{url}/commands", headers=mine,
+                                    json={"command": "close", "by": "alice",
+                                          "command_id": "http-2"})
+        assert refused.status == 409
+        assert "cannot go to closed from acknowledged" in (await refused.json())["error"]
+        bad = await client.post(f"{url}/commands", headers=mine,
+                                json={"command": "explode", "by": "alice", "command_id": "x"})
+        assert bad.status == 422 and (await bad.json())["error"].startswith("command:")
+        assert (await client.post(f"{url}/commands", headers=theirs, json=ack)).status == 404
+
+    settings = Settings(home=tmp_path, api_tokens={"tok-a": ("llm-pretrain",),
+                                                   "tok-b": ("other",)})
+    _serve(settings, backend, scenario)

@@ -526,8 +526,10 @@ class Detector:
                 idx = _ORDER.index(item.severity)
                 if idx > level:
                     level = idx
-                    reasons = [f"{inc.gpus} GPUs, {inc.lost_gpu_hours:.1f} GPU-hours lost "
-                               f"({item.severity} threshold)"]
+                    reasons = [f"{item.severity} from impact: " + (
+                        f"{inc.gpus} GPUs >= {item.min_gpus}" if item.min_gpus else
+                        f"{inc.lost_gpu_hours:.1f} GPU-hours lost >= "
+                        f"{item.min_lost_gpu_hours:g}")]
         flags = inc.flags
         priorities = [a.priority for j in inc.jobs.values()
                       if (a := self._attempt((j.project, j.job_id, j.attempt))) and a.priority]

@@ -1,4 +1,5 @@
-"""The cluster runtime: a Faust worker on `jobtrail.raw`, `jobtrail.events` and `jobtrail.dlq`.
+"""The cluster runtime: a Faust worker on `jobtrail.raw`, `jobtrail.events`,
+`jobtrail.incident-commands` and `jobtrail.dlq`; it produces `jobtrail.incident-events`.
 
 `jobtrail.raw` carries payloads as sources sent them (`ingest/raw.py`); its agent runs the
 adapter and produces what it yields to `jobtrail.events` and `jobtrail.dlq`.
@@ -31,6 +32,7 @@ from jobtrail.app import build_sink, open_store
 from jobtrail.config import Settings
 from jobtrail.kafka_io import batch_by_cluster
 from jobtrail.store import StoreUnavailable
+from processors.incidents.model import Command, IncidentEvent
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 
@@ -63,6 +65,8 @@ def create_app(settings: Settings) -> faust.App:
     )
     raw_topic = app.topic(settings.topic("raw"), value_serializer="raw", key_serializer="raw")
     events_topic = app.topic(settings.topic("events"), value_serializer="raw")
+    incident_topic = app.topic(settings.topic("incident-events"), value_serializer="raw")
+    commands_topic = app.topic(settings.topic("incident-commands"), value_serializer="raw")
     dlq_topic = app.topic(settings.topic("dlq"), value_serializer="raw")
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clickhouse")
     state: dict[str, Any] = {}
@@ -75,6 +79,18 @@ def create_app(settings: Settings) -> faust.App:
     async def run(fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
 
+    loop_box: dict[str, asyncio.AbstractEventLoop] = {}
+
+    async def send_incidents(events: list[IncidentEvent]) -> None:
+        futures = [await incident_topic.send(key=e.incident_id.encode(),
+                                             value=e.to_json().encode()) for e in events]
+        for fut in futures:
+            await fut
+
+    def publish(events: list[IncidentEvent]) -> None:
+        """Called from the ClickHouse thread: block it until the broker acknowledged."""
+        asyncio.run_coroutine_threadsafe(send_incidents(events), loop_box["loop"]).result(120)
+
     def fatal(exc: BaseException) -> None:
         log.critical("ClickHouse unavailable past the retry budget, exiting without commit: %s",
                      exc)
@@ -83,6 +99,7 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.agent(events_topic, concurrency=1)  # type: ignore[untyped-decorator]
     async def process_events(stream: Any) -> None:
+        loop_box["loop"] = asyncio.get_running_loop()
         await run(sink)
         # a message carries one event or many as JSON lines; batch by messages
         per_take = max(1, settings.batch_size // max(1, settings.wire_batch))
@@ -97,9 +114,42 @@ def create_app(settings: Settings) -> faust.App:
                         fut = await dlq_topic.send(key=b"process",
                                                    value=letter.model_dump_json().encode())
                         await fut
-                await run(sink().handle, events, (), _token(list(batch)))
+                await run(sink().handle, events, (), _token(list(batch)), publish)
             except StoreUnavailable as exc:
                 fatal(exc)
+            except Exception as exc:  # the incident-events producer failed: replay the batch
+                log.critical("could not publish incident events, exiting without commit: %s",
+                             exc)
+                logging.shutdown()
+                os._exit(EXIT_STORE_UNAVAILABLE)
+
+    @app.agent(commands_topic, concurrency=1)  # type: ignore[untyped-decorator]
+    async def apply_commands(stream: Any) -> None:
+        # people's commands: the same book the detector decides with (one thread), logged to
+        # jobtrail.incident-events and ClickHouse; a refused command is a dead letter saying why
+        loop_box["loop"] = asyncio.get_running_loop()
+        await run(sink)
+        async for batch in stream.take_events(100, within=settings.batch_seconds):
+            for e in batch:
+                where = f"{e.message.topic}/{e.message.partition}@{e.message.offset}"
+                raw = e.value if isinstance(e.value, bytes) else str(e.value).encode()
+                reason = ""
+                try:
+                    command = Command.model_validate_json(raw)
+                    await run(sink().command, command, publish)
+                except ValueError as exc:  # InvalidTransition is a ValueError too
+                    reason = str(exc)[:500]
+                except StoreUnavailable as exc:
+                    fatal(exc)
+                if reason:
+                    letter = DeadLetter(
+                        id=DeadLetter.make_id("incident.command", raw.decode("utf-8", "replace"),
+                                              where),
+                        stage="incident.command", reason=reason,
+                        payload=raw.decode("utf-8", "replace")[:10000], event_ref=where,
+                        received_at=_ts(e.message.timestamp or 0.0))
+                    await (await dlq_topic.send(key=b"commands",
+                                                value=letter.model_dump_json().encode()))
 
     adapters = registry(settings.adapter_config())
 

@@ -8,7 +8,7 @@ dropped here, before the processors see them, by asking the store which ids it a
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -48,9 +48,13 @@ class Sink:
                                         self.store.recent_events(memory))
         return len(attempts)
 
-    def command(self, command: Command) -> list[IncidentEvent]:
+    def command(self, command: Command,
+                publish: Callable[[list[IncidentEvent]], None] | None = None,
+                ) -> list[IncidentEvent]:
         """Apply a person's command (raises InvalidTransition) and store what it changed."""
         outputs = self.pipeline.command(command)
+        if publish is not None and outputs.incidents:
+            publish(outputs.incidents)
         self.store.write(outputs)
         emit("incident_commands", 1, command=command.command)
         return outputs.incidents
@@ -65,8 +69,14 @@ class Sink:
         return events, dead
 
     def handle(self, events: Sequence[Event], dead_letters: Sequence[DeadLetter] = (),
-               token: str | None = None) -> BatchResult:
-        """Process and store one batch; raises StoreUnavailable if ClickHouse stays down."""
+               token: str | None = None,
+               publish: Callable[[list[IncidentEvent]], None] | None = None) -> BatchResult:
+        """Process and store one batch; raises StoreUnavailable if ClickHouse stays down.
+
+        `publish` (the cluster runtime's producer to `jobtrail.incident-events`) runs after
+        processing and before the write: a crash in between replays the batch, which
+        regenerates the same incident events (same ids), so the topic is at-least-once and
+        never misses one."""
         result = BatchResult(received=len(events) + len(dead_letters),
                              dead_letters=list(dead_letters))
         unique: dict[str, Event] = {}
@@ -78,6 +88,8 @@ class Sink:
         known_letters = self.store.stored_dead_letter_ids([d.id for d in dead_letters])
         dead_letters = [d for d in dead_letters if d.id not in known_letters]
         outputs = self.pipeline.process(fresh)
+        if publish is not None and outputs.incidents:
+            publish(outputs.incidents)
         self.store.write(outputs, dead_letters, token)
         _incident_latency(outputs.incidents)
         result.stored = len(fresh)
