@@ -110,6 +110,7 @@ class Detector:
         self._node_incidents: dict[str, dict[str, datetime]] = {}
         self._out: list[IncidentEvent] = []
         self.refused = 0
+        self.opened_observed: dict[str, datetime] = {}
 
     # --- state --------------------------------------------------------------------------
 
@@ -336,9 +337,12 @@ class Detector:
         title = f"{klass.replace('_', ' ')} on {entity}"
         self._emit(inc_id, "opened", time, self._actor(rule),
                    {"key": key, "class": klass, "entity": entity, "title": title,
-                    "first_signal_at": first_at.isoformat(), "first_event": first_id,
-                    "observed_at": observed_at.isoformat() if observed_at else ""},
+                    "first_signal_at": first_at.isoformat(), "first_event": first_id},
                    "opened")
+        if observed_at is not None and not self.replaying:
+            # when the signal reached us: for the latency metric, not part of the log (the
+            # log is a function of the input alone)
+            self.opened_observed[inc_id] = observed_at
         self._open[key] = inc_id
         self._route(inc_id, time, rule)
         self._severity(inc_id, time, rule)

@@ -18,7 +18,7 @@ from jobtrail.telemetry import emit
 from processors.incidents.model import Command, IncidentEvent
 from processors.pipeline import Pipeline
 from schemas.dead_letters import DeadLetter
-from schemas.events import Event, parse_time
+from schemas.events import Event
 
 log = logging.getLogger("jobtrail.incidents")
 
@@ -91,7 +91,7 @@ class Sink:
         if publish is not None and outputs.incidents:
             publish(outputs.incidents)
         self.store.write(outputs, dead_letters, token)
-        _incident_latency(outputs.incidents)
+        _incident_latency(outputs.incidents, self.pipeline.detector.opened_observed)
         result.stored = len(fresh)
         result.timeline_rows = len(outputs.timeline)
         emit("events_stored", len(fresh))
@@ -101,7 +101,7 @@ class Sink:
         return result
 
 
-def _incident_latency(events: Sequence[IncidentEvent]) -> None:
+def _incident_latency(events: Sequence[IncidentEvent], observed: dict[str, datetime]) -> None:
     """Signal observed -> incident stored, for every incident this batch opened."""
     now = datetime.now(UTC)
     for event in events:
@@ -109,9 +109,9 @@ def _incident_latency(events: Sequence[IncidentEvent]) -> None:
         if event.kind != "opened":
             continue
         emit("incidents_opened", 1)
-        observed = event.data.get("observed_at")
-        if observed:
-            ms = int((now - parse_time(observed)).total_seconds() * 1000)
+        seen = observed.pop(event.incident_id, None)
+        if seen is not None:
+            ms = int((now - seen).total_seconds() * 1000)
             emit("incident_open_latency_ms", max(ms, 1))
             log.info("incident_opened id=%s class=%s latency_ms=%d", event.incident_id,
                      event.data.get("class"), ms)

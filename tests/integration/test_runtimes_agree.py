@@ -43,6 +43,47 @@ def _timeline(home: Path, env: dict[str, str]) -> list[tuple[object, ...]]:
              r["link_path"]) for r in rows]
 
 
+def _incident_logs(home: Path, env: dict[str, str]) -> list[tuple[object, ...]]:
+    """Every incident's log as (incident, seq, id, kind, actor rule)."""
+    out = subprocess.run([*JOBTRAIL, "--home", str(home), "incidents", "--json"],
+                         capture_output=True, text=True, timeout=120, check=True, env=env)
+    rows = []
+    for line in out.stdout.splitlines():
+        incident_id = json.loads(line)["incident_id"]
+        shown = subprocess.run([*JOBTRAIL, "--home", str(home), "incident", "show", incident_id,
+                                "--json"], capture_output=True, text=True, timeout=120,
+                               check=True, env=env)
+        for entry in json.loads(shown.stdout)["log"]:
+            rows.append((incident_id, entry["seq"], entry["kind"], entry["rule"],
+                         json.dumps(entry["data"], sort_keys=True)))
+    return sorted(rows)
+
+
+def _incident_topic(bootstrap: str, topic: str) -> list[tuple[str, int, str]]:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    async def run() -> list[tuple[str, int, str]]:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,
+                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        try:
+            out = []
+            batch = await consumer.getmany(timeout_ms=5000)
+            while batch:
+                for records in batch.values():
+                    for record in records:
+                        e = json.loads(record.value)
+                        out.append((e["incident_id"], e["seq"], e["kind"]))
+                batch = await consumer.getmany(timeout_ms=2000)
+            return out
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
 def test_embedded_and_faust_give_identical_timelines(kafka_broker: str, tmp_path: Path) -> None:
     topology = tmp_path / "topology.yaml"
     topology.write_text(yaml.safe_dump(sample.topology()))
@@ -70,6 +111,12 @@ def test_embedded_and_faust_give_identical_timelines(kafka_broker: str, tmp_path
     faust_rows = _timeline(tmp_path / "faust", env)
     embedded_rows = _timeline(embedded, env)
     assert faust_rows == embedded_rows
+    # the same incident logs, event by event; the topic carries every one of them
+    faust_log = _incident_logs(tmp_path / "faust", env)
+    assert faust_log == _incident_logs(embedded, env)
+    assert len({r[0] for r in faust_log}) == 5 and len(faust_log) > 100
+    published = _incident_topic(kafka_broker, settings.topic("incident-events"))
+    assert sorted(set(published)) == sorted({(r[0], r[1], r[2]) for r in faust_log})
     relations = {(r[2], r[3]) for r in embedded_rows}
     early = [r for r in embedded_rows if r[4] == "node-010/gpu1"]
     assert [(r[1], r[3], r[5]) for r in early] == [(1, "gpu", "node-010/gpu1 → node-010")]
