@@ -152,3 +152,45 @@ def test_fabric_scenario_on_faust(kafka_broker: str, tmp_path: Path) -> None:
                              text=True, timeout=120, check=True, env=env)
         rows[job] = [json.loads(line) for line in out.stdout.splitlines()]
     assert attributed(rows) == scenario.expect
+
+
+def test_incident_commands_through_the_broker(kafka_broker: str, tmp_path: Path) -> None:
+    """`jobtrail incident ack` in cluster mode queues a command; the worker applies it in
+    the processors' book; a refused command becomes a dead letter with the reason."""
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(yaml.safe_dump(sample.topology()))
+    tag = uuid.uuid4().hex[:8]
+    prefix, app_id = f"c{tag}.", f"commands-{tag}"
+    settings = Settings(kafka=kafka_broker, topic_prefix=prefix)
+    publish_sync(settings, decode(sample.jsonl(), producer="file", observed_at=datetime.now(UTC)))
+    worker = Worker(kafka_broker, tmp_path / "faust", prefix, app_id)
+    worker.env["JOBTRAIL_TOPOLOGY"] = str(topology)
+    topics = [settings.topic(t) for t in ("events", "dlq", "incident-commands")]
+    env = {k: v for k, v in os.environ.items() if k != "JOBTRAIL_KAFKA"}
+    cluster_env = {**os.environ, "JOBTRAIL_KAFKA": kafka_broker, "JOBTRAIL_TOPIC_PREFIX": prefix}
+    worker.start()
+    try:
+        wait_caught_up(kafka_broker, app_id, topics[:2], worker)
+        worker.stop()  # chDB is one process at a time: read, then hand it back
+        listed = subprocess.run([*JOBTRAIL, "--home", str(tmp_path / "faust"), "incidents",
+                                 "--json"], capture_output=True, text=True, check=True,
+                                env=env, timeout=120)
+        network = next(json.loads(line) for line in listed.stdout.splitlines()
+                       if json.loads(line)["class"] == "network")
+        for verb in ("ack", "close"):
+            subprocess.run([*JOBTRAIL, "incident", verb, network["incident_id"], "--by", "alice",
+                            "--command-id", f"cmd-{verb}"], env=cluster_env, check=True,
+                           capture_output=True, timeout=120)
+        worker.start()
+        wait_caught_up(kafka_broker, app_id, topics, worker)
+    finally:
+        worker.stop()
+    shown = json.loads(subprocess.run(
+        [*JOBTRAIL, "--home", str(tmp_path / "faust"), "incident", "show",
+         network["incident_id"], "--json"], capture_output=True, text=True, check=True, env=env,
+        timeout=120).stdout)
+    assert shown["status"] == "acknowledged"
+    assert (shown["log"][-1]["kind"], shown["log"][-1]["actor"]) == ("acknowledged", "alice")
+    letters = subprocess.run([*JOBTRAIL, "--home", str(tmp_path / "faust"), "dead-letters"],
+                             capture_output=True, text=True, check=True, env=env, timeout=120)
+    assert "incident.command" in letters.stdout and "cannot go to closed" in letters.stdout
