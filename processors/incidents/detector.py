@@ -86,6 +86,7 @@ class Progress:
     slow_since: datetime | None = None
     hang_reported_at: datetime | None = None
     slow_reported: bool = False
+    hang_armed: bool = False
 
 
 class Detector:
@@ -110,6 +111,7 @@ class Detector:
         self._node_incidents: dict[str, dict[str, datetime]] = {}
         self._out: list[IncidentEvent] = []
         self.refused = 0
+        self._hang_after = timedelta(seconds=rules.progress.hang_after_s)
         self.opened_observed: dict[str, datetime] = {}
 
     # --- state --------------------------------------------------------------------------
@@ -600,8 +602,7 @@ class Detector:
         if event.type == "job.step" and isinstance(attrs.get("step"), int):
             progress.last_step, progress.last_step_at = attrs["step"], event.time
             progress.last_step_event = event.id
-            self._push_timer(event.time + timedelta(seconds=self.rules.progress.hang_after_s),
-                             "hang", event.id, key)
+            self._arm_hang(progress, key)
             step_time = attrs.get("step_time_s")
             if isinstance(step_time, int | float):
                 self._fail_slow(event, key, progress, float(step_time))
@@ -611,8 +612,7 @@ class Detector:
             progress.failed_ckpt = None
             # a checkpoint is progress too: a slow save is not a hang
             progress.last_step_at, progress.last_step_event = event.time, event.id
-            self._push_timer(event.time + timedelta(seconds=self.rules.progress.hang_after_s),
-                             "hang", event.id, key)
+            self._arm_hang(progress, key)
         elif event.type == "checkpoint.restored" and isinstance(attrs.get("step"), int):
             for inc_id, failed in self._pending.get((key[0], key[1]), []):
                 if failed[2] < key[2]:
@@ -731,6 +731,12 @@ class Detector:
 
     # --- timers (event time) ------------------------------------------------------------
 
+    def _arm_hang(self, progress: Progress, key: AttemptKey) -> None:
+        """One pending hang timer per attempt; it re-arms itself when progress moved on."""
+        if not progress.hang_armed and progress.last_step_at is not None:
+            progress.hang_armed = True
+            self._push_timer(progress.last_step_at + self._hang_after, "hang", "", key)
+
     def _push_timer(self, when: datetime, kind: str, ref: str, key: AttemptKey) -> None:
         self._timer_seq += 1
         heapq.heappush(self._timers, (when, self._timer_seq, kind, ref, key))
@@ -750,11 +756,16 @@ class Detector:
         while self._signals and self._signals[0].event.time < horizon:
             self._signals.popleft()
 
-    def _hang(self, when: datetime, step_event: str, key: AttemptKey) -> None:
+    def _hang(self, when: datetime, _ref: str, key: AttemptKey) -> None:
         progress = self._progress.get(key)
         attempt = self._attempt(key)
-        if progress is None or progress.last_step_event != step_event:
-            return  # progress moved on since this timer was set
+        if progress is None or progress.last_step_at is None:
+            return
+        progress.hang_armed = False
+        if progress.last_step_at + self._hang_after > when:
+            self._arm_hang(progress, key)  # progress moved on since this timer was set
+            return
+        step_event = progress.last_step_event
         if attempt is not None and attempt.outcome:
             return  # the attempt ended; its end is the symptom, not a hang
         if key in self._by_attempt and self.book[self._by_attempt[key]].active:

@@ -364,7 +364,7 @@ def new_event(state: Incident | None, incident: str, kind: str, time: datetime, 
     check(state, kind, data)
     return IncidentEvent(id=event_id(incident, kind, discriminator), incident_id=incident,
                          seq=(state.seq if state else 0) + 1, kind=kind,
-                         time=time, actor=actor, data=json.loads(json.dumps(data, default=str)),
+                         time=time, actor=actor, data=_plain(data),
                          command_id=command_id)
 
 
@@ -402,3 +402,21 @@ class Command(BaseModel):
             data.setdefault("action_id", "act-" + hashlib.sha256(
                 self.command_id.encode()).hexdigest()[:10])
         return kind, data
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain(data: dict[str, Any]) -> dict[str, Any]:
+    """JSON-safe data: scalars and nested dicts/lists of them pass as they are (the hot
+    path); anything else goes through a JSON round trip."""
+    def ok(value: Any) -> bool:
+        if isinstance(value, _SCALARS):
+            return True
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and ok(v) for k, v in value.items())
+        if isinstance(value, list):
+            return all(ok(v) for v in value)
+        return False
+
+    return data if ok(data) else json.loads(json.dumps(data, default=str))

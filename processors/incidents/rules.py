@@ -162,11 +162,34 @@ class Rules(_Strict):
 
     def signal_rule(self, type_: str, attributes: dict[str, Any],
                     message: str) -> SignalRule | None:
-        return next((r for r in self.signals if r.matches(type_, attributes, message)), None)
+        rules = self._index()[0].get(type_)
+        if not rules:
+            return None
+        return next((r for r in rules if r.matches(type_, attributes, message)), None)
 
     def symptom_rule(self, type_: str, attributes: dict[str, Any],
                      message: str) -> SymptomRule | None:
-        return next((r for r in self.symptoms if r.matches(type_, attributes, message)), None)
+        rules = self._index()[1].get(type_)
+        if not rules:
+            return None
+        return next((r for r in rules if r.matches(type_, attributes, message)), None)
+
+    def _index(self) -> tuple[dict[str, list[SignalRule]], dict[str, list[SymptomRule]]]:
+        """Rules by event type, in file order (the first match wins): most events (steps)
+        match no rule, and should cost one dict lookup."""
+        cached = self.__dict__.get("_by_type")
+        if cached is None:
+            signals: dict[str, list[SignalRule]] = {}
+            symptoms: dict[str, list[SymptomRule]] = {}
+            for rule in self.signals:
+                for t in rule.types:
+                    signals.setdefault(t, []).append(rule)
+            for srule in self.symptoms:
+                for t in srule.types:
+                    symptoms.setdefault(t, []).append(srule)
+            cached = (signals, symptoms)
+            object.__setattr__(self, "_by_type", cached)
+        return cached
 
 
 class RulesError(ValueError):
