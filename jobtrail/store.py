@@ -272,7 +272,8 @@ class Store:
         from processors.incidents.projection import log_row, projection_rows
 
         self._insert_json("incident_log", [to_json(log_row(e)) for e in log], token)
-        for table, rows in projection_rows(list(states)).items():
+        changes = list(log) if log else None
+        for table, rows in projection_rows(list(states), changes).items():
             self._insert_json(table, [to_json(r) for r in rows], token)
 
     def load_incident_log(self) -> list[IncidentEvent]:

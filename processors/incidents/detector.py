@@ -113,6 +113,7 @@ class Detector:
         self.refused = 0
         self._hang_after = timedelta(seconds=rules.progress.hang_after_s)
         self.opened_observed: dict[str, datetime] = {}
+        self._symptom_counts: dict[tuple[AttemptKey, str], int] = {}
 
     # --- state --------------------------------------------------------------------------
 
@@ -389,7 +390,7 @@ class Detector:
         checkpoint = rule.klass == "checkpoint"
         current = self._by_attempt.get(key)
         if current is not None and not checkpoint and self.book[current].active:
-            if event is not None:
+            if event is not None and self._room(key, event.type):
                 self._evidence(current, event, "symptom", rule.why, rule.name, key)
             self._reclassify(current, rule, time, key)
             return
@@ -415,7 +416,7 @@ class Detector:
                                          discriminator, time, rule.name, time,
                                          event.observed_at if event else None)
             self._own_cause(inc_id, rule, key, time)
-        if event is not None:
+        if event is not None and self._room(key, event.type):
             self._evidence(inc_id, event, "symptom", rule.why, rule.name, key)
         if checkpoint:
             progress = self._progress.setdefault(key, Progress())
@@ -423,6 +424,12 @@ class Detector:
         # a failed checkpoint or a slow-down degrades the attempt; anything else ended it
         self._impacted(inc_id, key, time, rule.name,
                        failed=rule.klass not in ("checkpoint", "fail_slow"))
+
+    def _room(self, key: AttemptKey, type_: str) -> bool:
+        """Whether another symptom of this type may be attached for this attempt."""
+        seen = self._symptom_counts.get((key, type_), 0) + 1
+        self._symptom_counts[(key, type_)] = seen
+        return seen <= self.rules.max_symptom_evidence
 
     def _own_cause(self, inc_id: str, rule: SymptomRule, key: AttemptKey,
                    time: datetime) -> None:

@@ -152,8 +152,12 @@ class Action:
     due: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Incident:
+    """The current state. `apply` folds events into it in place (collections included):
+    incidents collect hundreds of evidence events, and copying them per event made the fold
+    quadratic. Callers keep only the state `apply` returns."""
+
     id: str
     key: str = ""
     seq: int = 0
@@ -190,9 +194,9 @@ class Incident:
     linked: tuple[str, ...] = ()  # incidents a standing incident links
     postmortem: str = ""
     postmortem_status: str = ""
-    flags: frozenset[str] = frozenset()  # repeat, no_restart, duplicate_run
-    commands: frozenset[str] = frozenset()
-    applied: frozenset[str] = frozenset()
+    flags: set[str] = field(default_factory=set)  # repeat, no_restart, duplicate_run
+    commands: set[str] = field(default_factory=set)
+    applied: set[str] = field(default_factory=set)
 
     @property
     def lost_gpu_hours(self) -> float:
@@ -251,10 +255,10 @@ def apply(state: Incident | None, event: IncidentEvent) -> Incident:
         return inc
     d = event.data
     kind = event.kind
-    changes: dict[str, Any] = {"seq": max(inc.seq, event.seq),
-                               "applied": inc.applied | {event.id}}
+    inc.applied.add(event.id)
+    changes: dict[str, Any] = {"seq": max(inc.seq, event.seq)}
     if event.command_id:
-        changes["commands"] = inc.commands | {event.command_id}
+        inc.commands.add(event.command_id)
     if kind == "opened":
         changes.update(key=d.get("key", ""), title=d.get("title", ""),
                        klass=d.get("class", "unknown"), entity=d.get("entity", ""),
@@ -268,20 +272,20 @@ def apply(state: Incident | None, event: IncidentEvent) -> Incident:
         if d.get("linked"):
             changes["linked"] = tuple(sorted({*inc.linked, str(d["linked"])}))
         if d.get("flag"):
-            changes["flags"] = inc.flags | {str(d["flag"])}
+            inc.flags.add(str(d["flag"]))
     elif kind == "evidence_attached":
         ev = Evidence(event_id=d["event_id"], time=_time(d["time"]) or event.time,
                       type=d.get("type", ""), source=d.get("source", ""),
                       entity=d.get("entity", ""), why=d.get("why", ""),
                       role=d.get("role", "signal"), project=d.get("project", ""),
                       job_id=d.get("job_id", ""), attempt=d.get("attempt"))
-        changes["evidence"] = {**inc.evidence, ev.event_id: ev}
+        inc.evidence[ev.event_id] = ev
     elif kind in ("job_impacted", "recovery_observed", "recovery_verified", "impact_assessed"):
         if "job" in d:
             project, job_id, attempt = d["job"]["project"], d["job"]["job_id"], d["job"]["attempt"]
             key = f"{project}/{job_id}/{attempt}"
             current = inc.jobs.get(key) or JobImpact(project, job_id, int(attempt))
-            changes["jobs"] = {**inc.jobs, key: _impact(current, d)}
+            inc.jobs[key] = _impact(current, d)
         if kind == "impact_assessed" and "charged_gpu_hours" in d:
             changes["charged_gpu_hours"] = round(inc.charged_gpu_hours
                                                  + float(d["charged_gpu_hours"]), 6)
@@ -311,16 +315,18 @@ def apply(state: Incident | None, event: IncidentEvent) -> Incident:
     elif kind == "action_added":
         action = Action(d["action_id"], d.get("title", ""), d.get("owner", ""), "open",
                         d.get("due", ""))
-        changes["actions"] = {**inc.actions, action.action_id: action}
+        inc.actions[action.action_id] = action
     elif kind == "action_updated":
         old = inc.actions.get(d["action_id"]) or Action(d["action_id"], "")
-        changes["actions"] = {**inc.actions, old.action_id: replace(
-            old, **{k: d[k] for k in ("title", "owner", "status", "due") if k in d})}
+        inc.actions[old.action_id] = replace(
+            old, **{k: d[k] for k in ("title", "owner", "status", "due") if k in d})
     elif kind in ("postmortem_drafted", "postmortem_published"):
         changes.update(postmortem=d.get("text", inc.postmortem),
                        postmortem_status="published" if kind == "postmortem_published"
                        else "draft")
-    return replace(inc, **changes)
+    for name, value in changes.items():
+        setattr(inc, name, value)
+    return inc
 
 
 def fold(events: list[IncidentEvent]) -> dict[str, Incident]:

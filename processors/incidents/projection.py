@@ -45,11 +45,13 @@ def incident_row(inc: Incident) -> dict[str, Any]:
     }
 
 
-def evidence_rows(inc: Incident) -> list[dict[str, Any]]:
+def evidence_rows(inc: Incident, only: set[str] | None = None) -> list[dict[str, Any]]:
+    chosen = inc.evidence.values() if only is None else (
+        inc.evidence[i] for i in sorted(only) if i in inc.evidence)
     return [{"incident_id": inc.id, "event_id": e.event_id, "time": e.time.isoformat(),
              "type": e.type, "source": e.source, "entity": e.entity, "why": e.why,
              "role": e.role, "project": e.project, "job_id": e.job_id,
-             "attempt": e.attempt or 0} for e in inc.evidence.values()]
+             "attempt": e.attempt or 0} for e in chosen]
 
 
 def job_rows(inc: Incident) -> list[dict[str, Any]]:
@@ -71,10 +73,37 @@ def action_rows(inc: Incident) -> list[dict[str, Any]]:
             for a in inc.actions.values()]
 
 
-def projection_rows(incidents: list[Incident]) -> dict[str, list[dict[str, Any]]]:
+def projection_rows(incidents: list[Incident], changes: list[IncidentEvent] | None = None,
+                    ) -> dict[str, list[dict[str, Any]]]:
+    """Rows for the incidents' projections. With `changes` (a batch's new events) only the
+    evidence, jobs and actions those events touched are written (an incident with 64 ranks'
+    evidence is not rewritten at every batch); without, everything (`jobtrail replay`)."""
+    if changes is None:
+        return {
+            "incidents": [incident_row(i) for i in incidents],
+            "incident_evidence": [r for i in incidents for r in evidence_rows(i)],
+            "incident_jobs": [r for i in incidents for r in job_rows(i)],
+            "actions": [r for i in incidents for r in action_rows(i)],
+        }
+    evidence: dict[str, set[str]] = {}
+    jobs: dict[str, set[str]] = {}
+    actions: dict[str, set[str]] = {}
+    for e in changes:
+        if e.kind == "evidence_attached":
+            evidence.setdefault(e.incident_id, set()).add(e.data["event_id"])
+        elif "job" in e.data:
+            job = e.data["job"]
+            jobs.setdefault(e.incident_id, set()).add(
+                f"{job['project']}/{job['job_id']}/{job['attempt']}")
+        elif e.kind in ("action_added", "action_updated"):
+            actions.setdefault(e.incident_id, set()).add(e.data["action_id"])
     return {
         "incidents": [incident_row(i) for i in incidents],
-        "incident_evidence": [r for i in incidents for r in evidence_rows(i)],
-        "incident_jobs": [r for i in incidents for r in job_rows(i)],
-        "actions": [r for i in incidents for r in action_rows(i)],
+        "incident_evidence": [r for i in incidents
+                              for r in evidence_rows(i, evidence.get(i.id, set()))],
+        "incident_jobs": [r for i in incidents for r in job_rows(i)
+                          if f"{r['project']}/{r['job_id']}/{r['attempt']}" in
+                          jobs.get(i.id, ())],
+        "actions": [r for i in incidents for r in action_rows(i)
+                    if r["action_id"] in actions.get(i.id, ())],
     }

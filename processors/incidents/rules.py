@@ -154,6 +154,9 @@ class Rules(_Strict):
     restart_deadline_s: float = Field(default=1800, gt=0)
     repeat_offender_count: int = Field(default=3, ge=2)
     repeat_offender_window_s: float = Field(default=7 * 86400, gt=0)
+    max_symptom_evidence: int = Field(default=64, ge=1)
+    """Per attempt and event type: a 4096-rank job's timeouts are 64 references, not 4096
+    (every one stays on the job's timeline; the incident counts the rest)."""
     signals: list[SignalRule] = Field(default_factory=list)
     symptoms: list[SymptomRule] = Field(default_factory=list)
     progress: Progress = Progress()

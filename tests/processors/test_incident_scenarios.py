@@ -299,3 +299,12 @@ def test_a_new_attempt_overlapping_the_old_one_is_a_duplicate_run() -> None:
     (inc,) = incidents(log)
     assert "duplicate_run" in inc.flags
     assert inc.jobs["llm-pretrain/dup/1"].duplicate_run is True
+
+
+def test_a_rank_storm_is_capped_evidence_not_thousands_of_references() -> None:
+    events = [started("big", 1, at(0), nodes(1, 64))]
+    events += [ev("comm.nccl_timeout", at(10, r * 0.001), job="big", attempt=1,
+                  node=f"node-{r // 8 + 1:03d}", attributes={"rank": r}) for r in range(512)]
+    log, _ = run(events, batch=100)
+    (inc,) = incidents(log)
+    assert len([e for e in inc.evidence.values() if e.type == "comm.nccl_timeout"]) == 64
