@@ -104,3 +104,43 @@ def test_commands_through_the_sink_and_isolation(store: Store, tmp_path: Path) -
     shown = store.incident(network["incident_id"], None)
     assert shown is not None and shown["status"] == "acknowledged"
     assert shown["log"][-1]["actor"] == "alice" and shown["log"][-1]["command_id"] == "k1"
+
+
+def _scenario_tests() -> list[object]:
+    from tests.processors import test_incident_scenarios as scenarios
+
+    return [fn for name, fn in sorted(vars(scenarios).items())
+            if name.startswith("test_") and callable(fn)]
+
+
+@pytest.mark.parametrize("scenario", _scenario_tests(), ids=lambda f: f.__name__[5:])  # type: ignore[attr-defined]
+def test_every_scenario_through_the_store_twice(store: Store, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 scenario: object) -> None:
+    """Each scenario's input, stored with the embedded runtime (one batch), gives the pure
+    run's log (one event at a time); submitting it again changes nothing."""
+    from tests.processors import test_incident_scenarios as scenarios
+
+    captured: list[list[object]] = []
+    real = scenarios.run
+
+    def recording(events: list[object], batch: int = 1) -> object:
+        captured.append(list(events))
+        return real(events, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scenarios, "run", recording)
+    scenario()  # type: ignore[operator]  # its own assertions hold
+    events = captured[0]
+    expected, _ = real(events)  # type: ignore[arg-type]
+    runner = _runner(store, tmp_path)
+    runner.submit(events)  # type: ignore[arg-type]
+    runner.drain()
+    assert store.count("incident_log") == len(expected)
+    before = sorted((r["incident_id"], r["status"], r["lost_gpu_hours"])
+                    for r in store.incidents(None))
+    assert len(before) == len({e.incident_id for e in expected})
+    runner.submit(events)  # type: ignore[arg-type]
+    assert runner.drain().duplicates == len({e.id for e in events})  # type: ignore[attr-defined]
+    assert store.count("incident_log") == len(expected)
+    assert sorted((r["incident_id"], r["status"], r["lost_gpu_hours"])
+                  for r in store.incidents(None)) == before
