@@ -7,5 +7,8 @@ VENV=${JOBTRAIL_VENV:-.venv}
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "jobtrail needs Python >= 3.11"'
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -r requirements.lock
+# grafana-client pulls urllib3-future, whose wheel replaces urllib3 for the whole venv; built
+# from source with URLLIB3_NO_OVERRIDE=1 it installs beside it (../shared/notes/stack.md)
+URLLIB3_NO_OVERRIDE=1 "$VENV/bin/python" -m pip install -q --no-binary=urllib3-future \
+  -r requirements.lock
 "$VENV/bin/python" -m pip install -q --no-deps -e .

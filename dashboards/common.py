@@ -1,0 +1,67 @@
+"""What the three dashboards share: variables, links, the panel helper."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.models import dashboard as model
+
+from dashboards.clickhouse import datasource, sql
+
+JOB_UID = "jobtrail-job"
+INCIDENT_UID = "jobtrail-incident"
+FLEET_UID = "jobtrail-fleet"
+FOLDER_UID = "jobtrail"
+
+# the job's own rows, bound to the selected project and job (every job-dashboard query has it)
+JOB_FILTER = ("project = ${project:sqlstring} AND job_id = ${job:sqlstring} "
+              "AND (${attempt:sqlstring} = 'all' OR toString(attempt) = ${attempt:sqlstring})")
+
+
+def variable(name: str, label: str, query: str, *, include_all: bool = False) -> Any:
+    v = (dash.QueryVariable(name).label(label).query(query).datasource(datasource())
+         .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED))
+    if include_all:
+        v = v.include_all(True).all_value("all")
+    return v
+
+
+def project_variable() -> Any:
+    return variable("project", "Project",
+                    "SELECT DISTINCT project FROM job_attempts FINAL ORDER BY project")
+
+
+def link(title: str, url: str) -> Any:
+    return dash.DashboardLink(title).type(model.DashboardLinkType.LINK).url(url) \
+        .keep_time(True)
+
+
+def panel(builder: Any, title: str, query: str, fmt: int, *, w: int = 24, h: int = 8,
+          description: str = "", extra: list[tuple[str, int]] | None = None) -> Any:
+    """A panel with one ClickHouse target (refId A) and optional more (B, C...)."""
+    p = builder.title(title).datasource(datasource()).span(w).height(h).with_target(
+        sql(query, fmt, "A"))
+    for i, (text, extra_fmt) in enumerate(extra or [], start=1):
+        p = p.with_target(sql(text, extra_fmt, chr(ord("A") + i)))
+    if description:
+        p = p.description(description)
+    return p
+
+
+def partition_by(field: str) -> model.DataTransformerConfig:
+    """A state timeline from a table: one band per value of `field`."""
+    return model.DataTransformerConfig(id_val="partitionByValues",
+                                       options={"fields": [field], "keepFields": False})
+
+
+def build(board: cogbuilder.Builder[model.Dashboard]) -> dict[str, Any]:
+    import json
+
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+
+    out: dict[str, Any] = json.loads(json.dumps(board.build(), cls=JSONEncoder))
+    for number, item in enumerate(out.get("panels", []), start=1):
+        item.setdefault("id", number)  # stable, unique: the order panels are added in
+    return out

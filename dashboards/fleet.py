@@ -1,0 +1,124 @@
+"""The fleet: incidents by class and owner, lost GPU-hours, time to detect/acknowledge/
+recover, queue wait by reason, repeat-offender nodes and links, failure rate around
+changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grafana_foundation_sdk.builders import barchart, table, timeseries
+from grafana_foundation_sdk.builders import dashboard as dash
+
+from dashboards.clickhouse import TABLE, TIME_SERIES
+from dashboards.common import FLEET_UID, INCIDENT_UID, link, panel
+
+_OPENED = "$__timeFilter_ms(opened_at)"
+
+BY_CLASS = f"""
+SELECT $__timeInterval_ms(opened_at) AS time, class, count() AS incidents
+FROM incidents FINAL WHERE {_OPENED}
+GROUP BY time, class ORDER BY time
+"""
+
+BY_OWNER = f"""
+SELECT $__timeInterval_ms(opened_at) AS time, owner, count() AS incidents
+FROM incidents FINAL WHERE {_OPENED}
+GROUP BY time, owner ORDER BY time
+"""
+
+LOST = f"""
+SELECT class AS cause, owner, round(sum(lost_gpu_hours), 2) AS lost_gpu_hours,
+       count() AS incidents
+FROM incidents FINAL WHERE {_OPENED}
+GROUP BY cause, owner ORDER BY lost_gpu_hours DESC
+"""
+
+TIMES = f"""
+SELECT phase, round(quantile(0.5)(seconds), 1) AS median_s, round(quantile(0.9)(seconds), 1)
+       AS p90_s, count() AS n
+FROM (
+  SELECT '1 detect' AS phase, dateDiff('millisecond', first_signal_at, opened_at) / 1000
+         AS seconds
+  FROM incidents FINAL WHERE {_OPENED}
+  UNION ALL
+  SELECT '2 acknowledge' AS phase, dateDiff('millisecond', opened_at, acknowledged_at) / 1000
+         AS seconds
+  FROM incidents FINAL WHERE {_OPENED} AND acknowledged_at IS NOT NULL
+  UNION ALL
+  SELECT '3 recover' AS phase, dateDiff('millisecond', failed_at, verified_at) / 1000
+         AS seconds
+  FROM incident_jobs FINAL
+  WHERE verified_at IS NOT NULL AND $__timeFilter_ms(failed_at)
+)
+GROUP BY phase ORDER BY phase
+"""
+
+QUEUE = """
+SELECT reason, count() AS waits, round(avg(queue_wait_s), 1) AS avg_attempt_wait_s
+FROM job_attempts FINAL ARRAY JOIN pending_reasons AS reason
+WHERE submitted_at IS NOT NULL AND $__timeFilter_ms(submitted_at)
+GROUP BY reason ORDER BY waits DESC
+"""
+
+OFFENDERS = f"""
+SELECT kind, entity, incidents, lost_gpu_hours, standing FROM (
+  SELECT if(class = 'network', 'link', 'node') AS kind,
+         if(class = 'network', cause_entity, splitByChar('/', cause_entity)[1]) AS entity,
+         count() AS incidents, round(sum(lost_gpu_hours), 2) AS lost_gpu_hours, '' AS standing
+  FROM incidents FINAL
+  WHERE class IN ('network', 'gpu_hardware', 'nvlink', 'node_failure') AND {_OPENED}
+  GROUP BY kind, entity
+  UNION ALL
+  SELECT 'node' AS kind, entity, length(linked) AS incidents, 0 AS lost_gpu_hours,
+         incident_id AS standing
+  FROM incidents FINAL WHERE class = 'repeat_offender' AND {_OPENED}
+)
+ORDER BY incidents DESC, lost_gpu_hours DESC LIMIT 30
+"""
+
+CHANGES = """
+SELECT c.time AS change_time, c.entity AS target,
+       JSONExtractString(c.attributes, 'kind') AS kind,
+       JSONExtractString(c.attributes, 'after') AS after,
+       countIf(a.ended_at >= c.time - INTERVAL 1 DAY AND a.ended_at < c.time
+               AND a.outcome = 'failed') AS failed_before,
+       countIf(a.ended_at >= c.time - INTERVAL 1 DAY AND a.ended_at < c.time) AS ended_before,
+       countIf(a.ended_at >= c.time AND a.ended_at < c.time + INTERVAL 1 DAY
+               AND a.outcome = 'failed') AS failed_after,
+       countIf(a.ended_at >= c.time AND a.ended_at < c.time + INTERVAL 1 DAY) AS ended_after
+FROM (SELECT time, entity, attributes FROM events FINAL
+      WHERE type = 'change.applied' AND $__timeFilter_ms(time)) AS c
+CROSS JOIN (SELECT ended_at, outcome FROM job_attempts FINAL WHERE ended_at IS NOT NULL) AS a
+GROUP BY change_time, target, kind, after ORDER BY change_time
+"""
+
+OPEN = """
+SELECT incident_id AS incident, severity, status, class, entity, owner, impacted_jobs,
+       round(lost_gpu_hours, 2) AS lost_gpu_hours, opened_at
+FROM incidents FINAL WHERE status NOT IN ('resolved', 'closed')
+ORDER BY severity, opened_at DESC LIMIT 100
+"""
+
+
+def build() -> Any:
+    return (
+        dash.Dashboard("jobtrail: fleet").uid(FLEET_UID).tags(["jobtrail"])
+        .description("Failures across the fleet: what breaks, who owns it, what it costs.")
+        .time("now-30d", "now").refresh("5m").readonly()
+        .with_panel(panel(table.Panel(), "Open incidents", OPEN, TABLE, h=8)
+                    .data_links([link("Open incident", f"/d/{INCIDENT_UID}?var-incident="
+                                      "${__data.fields.incident}&${__url_time_range}")]))
+        .with_panel(panel(timeseries.Panel(), "Incidents by class", BY_CLASS, TIME_SERIES,
+                          w=12))
+        .with_panel(panel(timeseries.Panel(), "Incidents by owner", BY_OWNER, TIME_SERIES,
+                          w=12))
+        .with_panel(panel(barchart.Panel(), "Lost GPU-hours by cause and owner", LOST, TABLE,
+                          w=12))
+        .with_panel(panel(table.Panel(), "Time to detect, acknowledge, recover", TIMES,
+                          TABLE, w=12))
+        .with_panel(panel(barchart.Panel(), "Queue wait by reason", QUEUE, TABLE, w=12))
+        .with_panel(panel(table.Panel(), "Repeat offenders: nodes and links", OFFENDERS,
+                          TABLE, w=12))
+        .with_panel(panel(table.Panel(), "Failure rate a day before and after each change",
+                          CHANGES, TABLE))
+    )

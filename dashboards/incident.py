@@ -1,0 +1,83 @@
+"""One incident: status, cause and explanation, owner, impact, its own log, evidence linked
+back to job timelines, recovery milestones, follow-up actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.builders import logs, stat, table
+
+from dashboards.clickhouse import LOGS, TABLE
+from dashboards.common import FLEET_UID, INCIDENT_UID, JOB_UID, link, panel, variable
+
+_ONE = "incident_id = ${incident:sqlstring}"
+_JOB_LINK = ("/d/" + JOB_UID + "?var-project=${__data.fields.project}"
+             "&var-job=${__data.fields.job_id}&${__url_time_range}")
+
+SUMMARY = f"""
+SELECT status, severity, class, entity, owner, owner_why, round(confidence, 2) AS confidence,
+       explanation, severity_why, opened_at, acknowledged_at, mitigated_at, resolved_at
+FROM incidents FINAL WHERE {_ONE}
+"""
+
+IMPACT = f"""
+SELECT impacted_jobs, impacted_gpus, round(lost_gpu_hours, 2) AS lost_gpu_hours, lost_steps
+FROM incidents FINAL WHERE {_ONE}
+"""
+
+JOBS = f"""
+SELECT project, job_id, attempt, role, gpus, failed_at, failure_step, last_checkpoint_step,
+       restored_step, recovery, round(lost_gpu_hours, 2) AS lost_gpu_hours, lost_steps,
+       duplicate_run
+FROM incident_jobs FINAL WHERE {_ONE}
+ORDER BY project, job_id, attempt
+"""
+
+LOG = f"""
+SELECT time AS timestamp,
+       concat('#', toString(seq), ' ', kind, ' by ', actor_kind, ':', actor,
+              if(rule = '', '', concat(' (rule ', rule, ')'))) AS body,
+       if(kind IN ('opened', 'reopened', 'severity_changed'), 'warning', 'info') AS level,
+       kind, data
+FROM incident_log FINAL WHERE {_ONE}
+ORDER BY seq
+"""
+
+EVIDENCE = f"""
+SELECT time, role, type, source, entity, why, project, job_id, attempt, event_id
+FROM incident_evidence FINAL WHERE {_ONE}
+ORDER BY time, event_id
+"""
+
+RECOVERY = f"""
+SELECT project, job_id, attempt, failed_at, restarted_attempt, restarted_at, restored_step,
+       resumed_at, verified_at, recovery
+FROM incident_jobs FINAL WHERE {_ONE} AND role = 'failed'
+ORDER BY project, job_id, attempt
+"""
+
+ACTIONS = f"""
+SELECT action_id, title, owner, status, due FROM actions FINAL WHERE {_ONE} ORDER BY action_id
+"""
+
+
+def build() -> Any:
+    return (
+        dash.Dashboard("jobtrail: incident").uid(INCIDENT_UID).tags(["jobtrail"])
+        .description("One incident, as its event log tells it.")
+        .time("now-7d", "now").refresh("1m").readonly()
+        .with_variable(variable("incident", "Incident",
+                                "SELECT incident_id FROM incidents FINAL "
+                                "ORDER BY opened_at DESC LIMIT 500"))
+        .link(link("Fleet", f"/d/{FLEET_UID}"))
+        .with_panel(panel(table.Panel(), "Status, cause and owner", SUMMARY, TABLE, h=6))
+        .with_panel(panel(stat.Panel(), "Impact", IMPACT, TABLE, w=8, h=6))
+        .with_panel(panel(table.Panel(), "Impacted jobs", JOBS, TABLE, w=16, h=6)
+                    .data_links([link("Job timeline", _JOB_LINK)]))
+        .with_panel(panel(logs.Panel(), "Incident log", LOG, LOGS, h=10))
+        .with_panel(panel(table.Panel(), "Evidence", EVIDENCE, TABLE, h=10)
+                    .data_links([link("Job timeline", _JOB_LINK)]))
+        .with_panel(panel(table.Panel(), "Recovery milestones", RECOVERY, TABLE, w=14, h=6))
+        .with_panel(panel(table.Panel(), "Follow-up actions", ACTIONS, TABLE, w=10, h=6))
+    )

@@ -1,0 +1,166 @@
+"""The on-call view of one job: cross-system bands, the event stream, attempts as a trace,
+progress and checkpoints, what the attempt ran on, incidents, and the queue wait."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.builders import logs, statetimeline, table, timeseries
+
+from dashboards.clickhouse import LOGS, TABLE, TIME_SERIES, TRACES, datasource, sql
+from dashboards.common import (
+    INCIDENT_UID,
+    JOB_FILTER,
+    JOB_UID,
+    link,
+    panel,
+    partition_by,
+    project_variable,
+    variable,
+)
+
+BANDS = f"""
+SELECT time, source, type AS state
+FROM job_timeline FINAL
+WHERE {JOB_FILTER} AND $__timeFilter_ms(time)
+ORDER BY time
+"""
+
+STREAM = f"""
+SELECT time AS timestamp, concat(type, '  ', message) AS body, severity AS level,
+       source, type, relation, entity, link_path, attempt
+FROM job_timeline FINAL
+WHERE {JOB_FILTER} AND $__timeFilter_ms(time)
+ORDER BY time DESC
+LIMIT 5000
+"""
+
+_SPAN = ("concat(project, '/', job_id) AS traceID, concat('attempt ', toString(attempt)) AS "
+         "serviceName")
+ATTEMPTS = f"""
+SELECT * FROM (
+  SELECT {_SPAN}, concat(job_id, '-', toString(attempt)) AS spanID, '' AS parentSpanID,
+         state AS operationName, coalesce(submitted_at, started_at) AS startTime,
+         dateDiff('millisecond', coalesce(submitted_at, started_at),
+                  coalesce(ended_at, now64(3))) AS duration,
+         if(outcome IN ('failed', 'timeout', 'preempted'), 2, 0) AS statusCode
+  FROM job_attempts FINAL
+  WHERE {JOB_FILTER} AND coalesce(submitted_at, started_at) IS NOT NULL
+  UNION ALL
+  SELECT {_SPAN}, concat(job_id, '-', toString(attempt), '-queued') AS spanID,
+         concat(job_id, '-', toString(attempt)) AS parentSpanID,
+         concat('queued: ', arrayStringConcat(pending_reasons, ', ')) AS operationName,
+         submitted_at AS startTime, toInt64(queue_wait_s * 1000) AS duration, 0 AS statusCode
+  FROM job_attempts FINAL
+  WHERE {JOB_FILTER} AND submitted_at IS NOT NULL AND queue_wait_s IS NOT NULL
+  UNION ALL
+  SELECT {_SPAN}, concat(job_id, '-', toString(attempt), '-running') AS spanID,
+         concat(job_id, '-', toString(attempt)) AS parentSpanID,
+         concat('running on ', toString(length(nodes)), ' nodes') AS operationName,
+         started_at AS startTime,
+         dateDiff('millisecond', started_at, coalesce(ended_at, now64(3))) AS duration,
+         if(outcome IN ('failed', 'timeout', 'preempted'), 2, 0) AS statusCode
+  FROM job_attempts FINAL
+  WHERE {JOB_FILTER} AND started_at IS NOT NULL
+)
+ORDER BY startTime
+"""
+
+STEPS = f"""
+SELECT time, JSONExtractInt(attributes, 'step') AS step
+FROM job_timeline FINAL
+WHERE {JOB_FILTER} AND type = 'job.step' AND $__timeFilter_ms(time)
+ORDER BY time
+"""
+
+CHECKPOINTS = f"""
+SELECT time, JSONExtractInt(attributes, 'step') AS checkpoint
+FROM job_timeline FINAL
+WHERE {JOB_FILTER} AND type IN ('checkpoint.saved', 'checkpoint.restored')
+  AND $__timeFilter_ms(time)
+ORDER BY time
+"""
+
+RESOURCES = f"""
+SELECT * FROM (
+  SELECT attempt, 'node' AS kind, arrayJoin(nodes) AS name, '' AS via
+  FROM job_attempts FINAL WHERE {JOB_FILTER}
+  UNION ALL
+  SELECT attempt, 'filesystem' AS kind, arrayJoin(mounts) AS name, '' AS via
+  FROM job_attempts FINAL WHERE {JOB_FILTER}
+  UNION ALL
+  SELECT attempt, relation AS kind, entity AS name, any(link_path) AS via
+  FROM job_timeline FINAL
+  WHERE {JOB_FILTER} AND relation IN ('nic', 'switch', 'target', 'filesystem')
+  GROUP BY attempt, relation, entity
+)
+ORDER BY attempt, kind, name
+"""
+
+_MINE = ("SELECT incident_id FROM incident_jobs FINAL "
+         "WHERE project = ${project:sqlstring} AND job_id = ${job:sqlstring}")
+
+INCIDENTS = """
+SELECT i.incident_id AS incident, i.severity AS severity, i.status AS status, i.class AS class,
+       i.entity AS entity, i.owner AS owner, j.attempt AS attempt, j.role AS role,
+       j.recovery AS recovery, round(j.lost_gpu_hours, 2) AS lost_gpu_hours, i.opened_at AS opened
+FROM (SELECT * FROM incident_jobs FINAL
+      WHERE project = ${project:sqlstring} AND job_id = ${job:sqlstring}) AS j
+INNER JOIN (SELECT * FROM incidents FINAL) AS i ON i.incident_id = j.incident_id
+ORDER BY opened DESC
+"""
+
+ANNOTATIONS = f"""
+SELECT opened_at AS time, coalesce(resolved_at, last_signal_at) AS timeEnd,
+       concat(severity, ' ', class, ' on ', entity, ' -> ', owner) AS text, class AS tags
+FROM incidents FINAL
+WHERE incident_id IN ({_MINE}) AND $__timeFilter_ms(opened_at)
+"""
+
+QUEUE = f"""
+SELECT attempt, since, reason, queue_wait_s AS attempt_waited_s
+FROM job_attempts FINAL
+ARRAY JOIN pending_times AS since, pending_reasons AS reason
+WHERE {JOB_FILTER}
+ORDER BY attempt, since
+"""
+
+
+def build() -> Any:
+    annotation = (dash.AnnotationQuery().name("Incidents").datasource(datasource())
+                  .enable(True).icon_color("red").target(sql(ANNOTATIONS, TABLE)))
+    return (
+        dash.Dashboard("jobtrail: job timeline").uid(JOB_UID).tags(["jobtrail"])
+        .description("One job's cross-system timeline: scheduler, network, storage, node and "
+                     "job events joined through the topology.")
+        .time("now-6h", "now").refresh("30s").readonly()
+        .with_variable(project_variable())
+        .with_variable(variable("job", "Job",
+                                "SELECT DISTINCT job_id FROM job_attempts FINAL "
+                                "WHERE project = ${project:sqlstring} ORDER BY job_id"))
+        .with_variable(variable("attempt", "Attempt",
+                                "SELECT DISTINCT toString(attempt) FROM job_attempts FINAL "
+                                "WHERE project = ${project:sqlstring} AND "
+                                "job_id = ${job:sqlstring} ORDER BY attempt",
+                                include_all=True))
+        .annotation(annotation)
+        .link(link("Incident", f"/d/{INCIDENT_UID}"))
+        .with_panel(panel(statetimeline.Panel(), "Across systems", BANDS, TABLE, h=7,
+                          description="One band per source; the state is the event type.")
+                    .with_transformation(partition_by("source")))
+        .with_panel(panel(logs.Panel(), "Event stream", STREAM, LOGS, h=12,
+                          description="Every row of the job's timeline with its relation "
+                                      "and the entity that links it to the job."))
+        .with_panel(panel(dash.Panel().type("traces"), "Attempts and phases", ATTEMPTS,
+                          TRACES, w=12, h=9))
+        .with_panel(panel(timeseries.Panel(), "Progress and checkpoints", STEPS, TIME_SERIES,
+                          w=12, h=9, extra=[(CHECKPOINTS, TIME_SERIES)]))
+        .with_panel(panel(table.Panel(), "Nodes, links and filesystems", RESOURCES, TABLE,
+                          w=12, h=9))
+        .with_panel(panel(table.Panel(), "Incidents touching the job", INCIDENTS, TABLE,
+                          w=12, h=9)
+                    .data_links([link("Open incident", f"/d/{INCIDENT_UID}?var-incident="
+                                      "${__data.fields.incident}&${__url_time_range}")]))
+        .with_panel(panel(table.Panel(), "Queue wait and reasons", QUEUE, TABLE, h=6))
+    )

@@ -1,0 +1,123 @@
+"""Dashboards checked offline: committed JSON is the built JSON, the SDK round trip is clean,
+targets lint, and every panel's SQL, expanded as the plugin expands it, runs against the real
+schema in chDB on the sample scenario with the columns its format needs."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dashboards.build import built, committed
+from dashboards.check import ANNOTATION_COLUMNS, COLUMNS, expand, lint, roundtrip, targets
+from ingest.canonical import decode
+from jobtrail import sample
+from jobtrail.store import Store
+from processors.pipeline import Pipeline
+from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
+from processors.runtime.sink import Sink
+from processors.topology import Topology
+from schemas.topology import TopologyFile
+from tests.conftest import OBSERVED
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+# panels the sample scenario must fill (the fleet's change and acknowledge panels may be empty)
+MUST_SHOW = {
+    "job": {"Across systems", "Event stream", "Attempts and phases", "Progress and checkpoints",
+            "Nodes, links and filesystems", "Incidents touching the job",
+            "Queue wait and reasons", "Incidents"},
+    "incident": {"Status, cause and owner", "Impact", "Impacted jobs", "Incident log",
+                 "Evidence", "Recovery milestones"},
+    "fleet": {"Open incidents", "Incidents by class", "Incidents by owner",
+              "Lost GPU-hours by cause and owner", "Time to detect, acknowledge, recover",
+              "Queue wait by reason", "Repeat offenders: nodes and links"},
+}
+
+
+@pytest.fixture
+def scenario(store: Store, tmp_path: Path) -> dict[str, Any]:
+    wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
+    runner = EmbeddedRunner(Sink(store, Pipeline(timedelta(seconds=30), wiring)),
+                            EmbeddedLog(tmp_path / "log"))
+    runner.submit(decode(sample.jsonl(), producer="sample", observed_at=OBSERVED))
+    runner.drain()
+    worst = max(store.incidents(None), key=lambda r: r["lost_gpu_hours"])
+    return {"project": sample.PROJECT, "job": sample.JOB, "attempt": "all",
+            "incident": worst["incident_id"]}
+
+
+def test_committed_json_is_what_the_builders_build() -> None:
+    assert committed() == built(), "run `jobtrail dashboards build` and commit dashboards/json"
+
+
+@pytest.mark.parametrize("name", ["job", "incident", "fleet"])
+def test_sdk_round_trip_and_lint_are_clean(name: str) -> None:
+    board = built()[name]
+    assert roundtrip(board) == []
+    assert lint(board) == []
+
+
+def test_lint_catches_what_grafana_would_show_as_an_error() -> None:
+    board = copy.deepcopy(built()["job"])
+    board["panels"][1]["targets"][0]["format"] = 1  # a logs panel fed a table
+    board["panels"][2]["targets"][0]["rawSql"] += " AND $__timeFilterMs(x)"
+    board["panels"][3]["targets"][0]["rawSql"] += " AND node = ${nodee:sqlstring}"
+    board["panels"][4]["id"] = board["panels"][5]["id"]
+    problems = lint(board)
+    assert any("format 1 cannot be drawn by a logs panel" in p for p in problems)
+    assert any("unknown macro $__timeFilterMs" in p for p in problems)
+    assert any("$nodee is not a dashboard variable" in p for p in problems)
+    assert any("panel ids must be set and unique" in p for p in problems)
+
+
+def test_expansion_matches_the_plugin() -> None:
+    start = sample.T0
+    end = start + timedelta(hours=1)
+    f, t = int(start.timestamp()), int(end.timestamp())
+    sql = expand("SELECT 1 WHERE $__timeFilter_ms(time) AND job_id = ${job:sqlstring} AND "
+                 "x IN (${teams:singlequote}) AND $__timeFilter(d) GROUP BY "
+                 "$__timeInterval_ms(time)", {"job": "it's", "teams": ["a", "b"]}, start, end,
+                 30)
+    assert sql == (f"SELECT 1 WHERE time >= fromUnixTimestamp64Milli({f * 1000}) AND "
+                   f"time <= fromUnixTimestamp64Milli({t * 1000}) AND job_id = 'it''s' AND "
+                   f"x IN ('a','b') AND d >= toDateTime({f}) AND d <= toDateTime({t}) "
+                   "GROUP BY toStartOfInterval(toDateTime64(time, 3), INTERVAL 30000 "
+                   "millisecond)")
+
+
+@pytest.mark.parametrize("name", ["job", "incident", "fleet"])
+def test_every_panel_runs_on_the_sample_scenario(name: str, store: Store,
+                                                 scenario: dict[str, Any]) -> None:
+    board = built()[name]
+    start, end = sample.T0 - timedelta(hours=1), sample.T0 + timedelta(hours=4)
+    filled = set()
+    for kind, title, target in targets(board):
+        query = expand(target["rawSql"], scenario, start, end, 60)
+        result = store.client.query(query)
+        columns = set(result.column_names)
+        needed = ANNOTATION_COLUMNS if kind == "annotation" else COLUMNS.get(target["format"],
+                                                                             set())
+        assert needed <= columns, f"{name}/{title}: missing {needed - columns}"
+        if result.result_rows:
+            filled.add(title)
+    assert MUST_SHOW[name] <= filled, f"{name}: empty panels {MUST_SHOW[name] - filled}"
+    for variable in board.get("templating", {}).get("list", []):
+        rows = store.client.query(expand(variable["query"], scenario, start, end)).result_rows
+        assert rows, f"variable {variable['name']} has no values on the sample"
+
+
+def test_the_attempt_variable_narrows_the_job_panels(store: Store,
+                                                     scenario: dict[str, Any]) -> None:
+    board = built()["job"]
+    start, end = sample.T0 - timedelta(hours=1), sample.T0 + timedelta(hours=4)
+    (stream,) = [t for _, title, t in targets(board) if title == "Event stream"]
+    counts = {}
+    for attempt in ("all", "1", "2"):
+        query = expand(stream["rawSql"], {**scenario, "attempt": attempt}, start, end)
+        counts[attempt] = len(store.client.query(query).result_rows)
+    assert counts["1"] and counts["2"] and counts["1"] + counts["2"] == counts["all"]
