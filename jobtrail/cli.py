@@ -434,8 +434,10 @@ def kafka_status(directory: Path) -> None:
 
 
 def _register() -> None:
-    from jobtrail import cli_incidents
+    from jobtrail import cli_grafana, cli_incidents
 
+    main.add_command(cli_grafana.dashboards)
+    main.add_command(cli_grafana.access)
     main.add_command(cli_incidents.incidents)
     main.add_command(cli_incidents.incident)
     main.add_command(cli_incidents.replay)

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_compose_services_are_complete() -> None:
     compose = yaml.safe_load((ROOT / "deploy/docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"kafka", "clickhouse", "worker", "api"}
+    assert set(services) == {"kafka", "clickhouse", "worker", "api", "grafana"}
     for name, service in services.items():
         assert "image" in service or "build" in service, name
     assert services["worker"]["command"] == ["worker"]
@@ -40,3 +40,32 @@ def test_no_literal_secrets_in_deploy() -> None:
         if path.is_file():
             text = path.read_text()
             assert not re.search(r"(?i)password\s*[:=]\s*[\"']?[A-Za-z0-9]{6,}", text), path
+
+
+def test_grafana_provisioning_matches_the_dashboards() -> None:
+    from dashboards.build import committed
+    from dashboards.clickhouse import PLUGIN, UID
+    from dashboards.common import FOLDER_UID
+
+    sources = yaml.safe_load((ROOT / "deploy/grafana/provisioning/datasources/jobtrail.yaml")
+                             .read_text())["datasources"]
+    (source,) = sources
+    assert (source["uid"], source["type"]) == (UID, PLUGIN)
+    assert source["jsonData"]["username"] == "grafana_ro"  # the read-only user
+    assert source["secureJsonData"]["password"].startswith("$")  # a reference, not a secret
+    users = (ROOT / "deploy/clickhouse/users.d/grafana_ro.xml").read_text()
+    assert "<grafana_ro>" in users and "<readonly>1</readonly>" in users
+    assert 'from_env="CLICKHOUSE_GRAFANA_PASSWORD"' in users
+    (provider,) = yaml.safe_load((ROOT / "deploy/grafana/provisioning/dashboards/jobtrail.yaml")
+                                 .read_text())["providers"]
+    assert provider["folderUid"] == FOLDER_UID and provider["allowUiUpdates"] is False
+    grafana = yaml.safe_load((ROOT / "deploy/docker-compose.yml").read_text())["services"][
+        "grafana"]
+    mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in grafana["volumes"])
+    assert mounts["../dashboards/json"] == provider["options"]["path"]
+    boards = committed()
+    assert {b["uid"] for b in boards.values()} == {"jobtrail-job", "jobtrail-incident",
+                                                   "jobtrail-fleet"}
+    for board in boards.values():
+        for panel in board["panels"]:
+            assert panel["datasource"]["uid"] == source["uid"]
