@@ -130,14 +130,26 @@ def _parse_when(value: str | None) -> datetime | None:
 @click.option("--colour/--no-colour", "colour", default=None,
               help="ANSI colours (default: when stdout is a terminal)")
 @click.option("--json", "as_json", is_flag=True, help="Rows as JSON lines")
+@click.option("--png", "png", type=click.Path(path_type=Path), default=None,
+              help="Draw the job dashboard's panels to this PNG instead")
 @click.pass_context
 def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, since: str | None,
-             until: str | None, colour: bool | None, as_json: bool) -> None:
+             until: str | None, colour: bool | None, as_json: bool,
+             png: Path | None = None) -> None:
     """Show JOB's cross-system timeline, grouped by attempt."""
     from jobtrail.app import open_store
     from jobtrail.render import render
 
     store = open_store(_settings(ctx))
+    if png is not None:
+        from dashboards.png import render as draw
+
+        try:
+            counts = draw(store, project, job, png, str(attempt) if attempt else "all")
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"wrote {png}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+        return
     rows = store.timeline(project, job, attempt=attempt, since=_parse_when(since),
                           until=_parse_when(until))
     if as_json:

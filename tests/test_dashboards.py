@@ -121,3 +121,17 @@ def test_the_attempt_variable_narrows_the_job_panels(store: Store,
         query = expand(stream["rawSql"], {**scenario, "attempt": attempt}, start, end)
         counts[attempt] = len(store.client.query(query).result_rows)
     assert counts["1"] and counts["2"] and counts["1"] + counts["2"] == counts["all"]
+
+
+def test_the_job_timeline_renders_to_png_from_the_dashboard_queries(
+        store: Store, scenario: dict[str, Any], tmp_path: Path) -> None:
+    from dashboards.png import render
+
+    out = tmp_path / "job.png"
+    counts = render(store, sample.PROJECT, sample.JOB, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+    assert counts["attempts"] == 2 and counts["incidents"] == 1
+    assert counts["bands"] == len(store.timeline(sample.PROJECT, sample.JOB))
+    assert counts["steps"] > 10 and counts["checkpoints"] > 0
+    with pytest.raises(ValueError, match="no timeline rows"):
+        render(store, sample.PROJECT, "no-such-job", tmp_path / "none.png")
