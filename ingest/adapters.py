@@ -112,6 +112,17 @@ def fill(template: Any, values: dict[str, str], where: str) -> Any:
     return value
 
 
+def json_object(text: str, what: str = "the body") -> dict[str, Any]:
+    """A payload that must be one JSON object; a ParseError saying which rule it broke."""
+    try:
+        payload = json.loads(text)
+    except ValueError as exc:
+        raise ParseError("", f"not JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise ParseError("", f"{what} must be a JSON object")
+    return payload
+
+
 def run(adapter: Adapter, raw: bytes | str, ctx: Context) -> list[Decoded]:
     """Parse with `adapter`, then validate every draft like canonical input."""
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw

@@ -9,13 +9,12 @@ Ids: `am-<fingerprint>-<startsAt>-<status>`, so redelivered webhooks are the sam
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ingest.adapters import Adapter, Context, Reject, fill, raw_evidence
+from ingest.adapters import Adapter, Context, Reject, fill, json_object, raw_evidence
 from ingest.canonical import ParseError
 from schemas.registry import REGISTRY
 
@@ -115,12 +114,7 @@ def alert_record(alert: Any, i: int, payload: dict[str, Any], ctx: Context,
 
 def parse(text: str, ctx: Context,
           mapping: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any] | Reject]:
-    try:
-        payload = json.loads(text)
-    except ValueError as exc:
-        raise ParseError("", f"not JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise ParseError("", "the webhook body must be a JSON object")
+    payload = json_object(text, "the webhook body")
     if str(payload.get("version", "4")) != "4":
         raise ParseError("version", f"unsupported payload version {payload.get('version')!r}")
     alerts = payload.get("alerts")

@@ -21,7 +21,7 @@ import hashlib
 import json
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.adapters import Adapter, Context, Reject, json_object, raw_evidence
 from ingest.alertmanager import DEFAULT_MAPPING, alert_record
 from ingest.canonical import ParseError
 
@@ -72,12 +72,7 @@ def _legacy(payload: dict[str, Any], ctx: Context,
 
 def parse(text: str, ctx: Context,
           mapping: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any] | Reject]:
-    try:
-        payload = json.loads(text)
-    except ValueError as exc:
-        raise ParseError("", f"not JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise ParseError("", "the webhook body must be a JSON object")
+    payload = json_object(text, "the webhook body")
     table = mapping or DEFAULT_MAPPING
     if "alerts" in payload:
         alerts = payload["alerts"]

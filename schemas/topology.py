@@ -12,8 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas.events import parse_time
 
@@ -69,16 +68,9 @@ class TopologyError(ValueError):
 
 def load(path: Path) -> TopologyFile:
     """Parse and validate; errors name the file and the key (`nodes.node-001.nics`)."""
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise TopologyError(f"{path}: cannot read topology: {exc}") from None
-    try:
-        return TopologyFile.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise TopologyError(f"{path}: {where}: {first['msg']}") from None
+    from schemas.files import load_yaml
+
+    return load_yaml(path, TopologyFile, TopologyError, "topology")
 
 
 def fat_tree(nodes: int = 64, rails: int = 2, nodes_per_leaf: int = 16,

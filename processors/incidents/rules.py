@@ -19,8 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas.registry import REGISTRY
 
@@ -201,14 +200,6 @@ class RulesError(ValueError):
 
 def load_rules(path: Path | str | None = None) -> Rules:
     """Parse and validate a rules file; errors name the file and the field."""
-    source = Path(path) if path else DEFAULT_RULES
-    try:
-        data = yaml.safe_load(source.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise RulesError(f"{source}: {exc}") from None
-    try:
-        return Rules.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise RulesError(f"{source}: {where}: {first['msg']}") from None
+    from schemas.files import load_yaml
+
+    return load_yaml(Path(path) if path else DEFAULT_RULES, Rules, RulesError)

@@ -91,9 +91,11 @@ def create_app(settings: Settings) -> faust.App:
         """Called from the ClickHouse thread: block it until the broker acknowledged."""
         asyncio.run_coroutine_threadsafe(send_incidents(events), loop_box["loop"]).result(120)
 
-    def fatal(exc: BaseException) -> None:
-        log.critical("ClickHouse unavailable past the retry budget, exiting without commit: %s",
-                     exc)
+    def fatal(exc: BaseException,
+              what: str = "ClickHouse unavailable past the retry budget") -> None:
+        """Exit without acking: take_events would ack the batch in its `finally` otherwise,
+        and the restarted worker replays from the last committed offset."""
+        log.critical("%s, exiting without commit: %s", what, exc)
         logging.shutdown()
         os._exit(EXIT_STORE_UNAVAILABLE)
 
@@ -118,10 +120,7 @@ def create_app(settings: Settings) -> faust.App:
             except StoreUnavailable as exc:
                 fatal(exc)
             except Exception as exc:  # the incident-events producer failed: replay the batch
-                log.critical("could not publish incident events, exiting without commit: %s",
-                             exc)
-                logging.shutdown()
-                os._exit(EXIT_STORE_UNAVAILABLE)
+                fatal(exc, "could not publish incident events")
 
     @app.agent(commands_topic, concurrency=1)  # type: ignore[untyped-decorator]
     async def apply_commands(stream: Any) -> None:
@@ -175,10 +174,7 @@ def create_app(settings: Settings) -> faust.App:
                 for fut in futures:
                     await fut
             except Exception as exc:  # take_events would ack the batch anyway
-                log.critical("could not produce normalised raw input, exiting without commit: "
-                             "%s", exc)
-                logging.shutdown()
-                os._exit(EXIT_STORE_UNAVAILABLE)
+                fatal(exc, "could not produce normalised raw input")
 
     @app.agent(dlq_topic, concurrency=1)  # type: ignore[untyped-decorator]
     async def store_dead_letters(stream: Any) -> None:
