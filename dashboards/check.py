@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from typing import Any
 
 from dashboards.clickhouse import LOGS, PLUGIN, TABLE, TIME_SERIES, TRACES, UID
@@ -222,6 +222,3 @@ def expand(sql: str, values: Mapping[str, str | list[str]], start: datetime, end
         else:
             raise ValueError(f"macro $__{name} is not expanded here")
 
-
-def now() -> datetime:
-    return datetime.now(UTC)

@@ -84,7 +84,6 @@ class Progress:
     failed_ckpt: tuple[datetime, str] | None = None  # (time, checkpoint incident)
     step_times: list[float] = field(default_factory=list)
     slow_since: datetime | None = None
-    hang_reported_at: datetime | None = None
     slow_reported: bool = False
     hang_armed: bool = False
 
@@ -150,7 +149,7 @@ class Detector:
         try:
             event = new_event(state, inc_id, kind, time, actor, data, discriminator)
         except InvalidTransition:
-            self.refused += 1  # counted (telemetry `incident_decisions_refused`), not raised
+            self.refused += 1  # a processor decision the state refuses is counted, not raised
             return False
         self._record(event)
         return True
@@ -781,7 +780,6 @@ class Detector:
         rule = SymptomRule.model_validate(
             {"name": "hang", "types": ["job.step"], "class": "hang", "rank": 25,
              "why": f"no progress for {minutes:.0f} min after step {progress.last_step}"})
-        progress.hang_reported_at = when
         self._symptom(None, rule, key, when, f"hang:{step_event}")
 
     def _no_restart(self, when: datetime, inc_id: str, key: AttemptKey) -> None:
