@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from jobtrail.config import Settings
+from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
+from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.incidents.rules import load_rules
 from processors.pipeline import Pipeline
-from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
-from processors.runtime.sink import Sink
 from processors.topology import Topology
 from schemas import topology as topology_file
 

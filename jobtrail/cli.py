@@ -240,7 +240,7 @@ def worker(ctx: click.Context, loglevel: str) -> None:
     settings = _settings(ctx)
     if not settings.cluster_mode:
         raise click.UsageError("the worker needs a broker: set JOBTRAIL_KAFKA=host:port")
-    from processors.runtime.faust_app import run_worker
+    from jobtrail.runtime.faust_app import run_worker
 
     sys.argv = [sys.argv[0], "worker"]
     run_worker(settings, loglevel)

@@ -144,8 +144,8 @@ def test_every_table_grafana_reads_has_a_row_policy() -> None:
 def test_row_policies_keep_a_team_to_its_projects(store: Store, tmp_path: Path) -> None:
     """The policies' conditions, run as filters on the real schema, pass a team's rows and
     the shared cluster context, and nothing of another team's."""
-    from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
-    from processors.runtime.sink import Sink
+    from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
+    from jobtrail.runtime.sink import Sink
 
     runner = EmbeddedRunner(Sink(store, pipeline()), EmbeddedLog(tmp_path / "log"))
     runner.submit([started("a", 1, at(0), ["node-001"]),

@@ -16,10 +16,10 @@ from aiohttp import web
 from jobtrail import sample
 from jobtrail.config import Settings
 from jobtrail.http import create_app
+from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
+from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.pipeline import Pipeline
-from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
-from processors.runtime.sink import Sink
 from processors.topology import Topology
 from schemas.topology import TopologyFile
 

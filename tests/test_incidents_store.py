@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
+from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.incidents.model import Actor, Command, InvalidTransition
 from processors.pipeline import Pipeline
-from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
-from processors.runtime.sink import Sink
 from tests.processors.incident_kit import at, ev, pipeline, started
 from tests.processors.test_incident_scenarios import ib_flap
 

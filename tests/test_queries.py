@@ -10,10 +10,10 @@ import pytest
 from ingest.canonical import decode
 from jobtrail import sample
 from jobtrail.queries import attempts_under, resources, wiring
+from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
+from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.pipeline import Pipeline
-from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
-from processors.runtime.sink import Sink
 from processors.topology import Topology
 from schemas.events import Event, Source
 from schemas.topology import TopologyFile

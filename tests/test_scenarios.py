@@ -7,10 +7,10 @@ from pathlib import Path
 
 from ingest.canonical import decode
 from jobtrail import sample
+from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
+from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.pipeline import Pipeline
-from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
-from processors.runtime.sink import Sink
 from processors.topology import Topology
 from schemas.topology import TopologyFile
 from tests.conftest import OBSERVED

@@ -5,9 +5,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from clickhouse_connect.driver.exceptions import OperationalError
 
+from jobtrail.runtime.sink import Sink
 from jobtrail.store import RetryPolicy, Store, StoreUnavailable, migrations
 from processors.pipeline import Pipeline
-from processors.runtime.sink import Sink
 from schemas.events import Event, Source
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)

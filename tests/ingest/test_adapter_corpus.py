@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from ingest.adapters import Context, registry, run
+from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
+from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.pipeline import Pipeline
-from processors.runtime.embedded import EmbeddedLog, EmbeddedRunner
-from processors.runtime.sink import Sink
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 from tests.conftest import OBSERVED

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest.canonical import decode, decode_canonical
+from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.pipeline import Pipeline
-from processors.runtime.sink import Sink
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 from schemas.registry import REGISTRY

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from processors.runtime.sink import BatchResult, Sink
+from jobtrail.runtime.sink import BatchResult, Sink
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 
