@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from jobtrail.config import Settings
-from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
+from jobtrail.runtime import Runtime
+from jobtrail.runtime.embedded import EmbeddedRuntime
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.incidents.rules import load_rules
@@ -15,7 +16,13 @@ from schemas import topology as topology_file
 
 
 def open_store(settings: Settings) -> Store:
+    """The store; the embedded engine under the home is taken only after the home lock
+    (one process per home: a second one is told who holds it)."""
     settings.home.mkdir(parents=True, exist_ok=True)
+    if not settings.clickhouse_dsn:
+        from jobtrail.runtime.home import HomeLock
+
+        HomeLock(settings.home).acquire()
     store = Store.connect(settings.dsn, settings.database)
     store.migrate()
     return store
@@ -27,18 +34,24 @@ def load_topology(settings: Settings) -> Topology:
     return Topology.from_file(topology_file.load(settings.topology_file))
 
 
-def build_sink(settings: Settings, store: Store, topology: Topology | None = None) -> Sink:
+def build_sink(settings: Settings, store: Store, topology: Topology | None = None, *,
+               restore: bool = True) -> Sink:
+    """The shared write path with a fresh pipeline; `restore` rebuilds its state from the
+    store (runtimes with a snapshot pass False and load theirs)."""
     pipeline = Pipeline(timedelta(seconds=settings.attribution_slack_s),
                         topology or load_topology(settings),
                         timedelta(seconds=settings.lateness_s),
                         load_rules(settings.rules_file))
     sink = Sink(store, pipeline)
-    sink.restore()
+    if restore:
+        sink.restore()
     return sink
 
 
-def embedded_runner(settings: Settings, store: Store | None = None,
-                    topology: Topology | None = None) -> EmbeddedRunner:
-    store = store or open_store(settings)
-    return EmbeddedRunner(build_sink(settings, store, topology),
-                          EmbeddedLog(settings.home / "log"), batch_size=settings.batch_size)
+def open_runtime(settings: Settings, *, topology: Topology | None = None) -> Runtime:
+    """The one place the embedded-or-Kafka choice is made (CLI and HTTP both come here)."""
+    if settings.cluster_mode:
+        from jobtrail.runtime.kafka import KafkaRuntime
+
+        return KafkaRuntime(settings)
+    return EmbeddedRuntime(settings, topology=topology)

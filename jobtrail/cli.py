@@ -19,7 +19,24 @@ def _settings(ctx: click.Context) -> Settings:
     return ctx.obj  # type: ignore[no-any-return]
 
 
-@click.group()
+class _Group(click.Group):
+    """Turns the errors a user can act on (a home held by another process) into one line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from aiokafka.errors import KafkaConnectionError
+
+        from jobtrail.runtime.home import HomeInUse
+
+        try:
+            return super().invoke(ctx)
+        except HomeInUse as exc:
+            raise click.ClickException(str(exc)) from None
+        except KafkaConnectionError as exc:
+            raise click.ClickException(f"cannot reach the Kafka broker "
+                                       f"(JOBTRAIL_KAFKA): {exc}") from None
+
+
+@click.group(cls=_Group)
 @click.option("--home", type=click.Path(path_type=Path), default=None,
               help="State directory (embedded chDB and log); default $JOBTRAIL_HOME or ./var")
 @click.pass_context
@@ -47,15 +64,19 @@ def _print_dead_letters(letters: list[Any]) -> None:
         click.echo(f"  ... and {len(letters) - 20} more (jobtrail dead-letters)", err=True)
 
 
-def _ingest_text(settings: Settings, text: str, *, producer: str, origin: str,
+def _ingest_text(settings: Settings, raw: bytes | str, *, producer: str, origin: str,
                  topology: Any = None, adapter: str = "canonical",
                  context: dict[str, Any] | None = None) -> None:
+    """Decode (one record per line or array element: one bad byte costs that record, never
+    the file), submit durably, process, and say what happened to every record."""
     from ingest.canonical import decode
+    from jobtrail.app import open_runtime
+    from schemas.dead_letters import DeadLetter
 
     started = time.monotonic()
     now = datetime.now(UTC)
     if adapter == "canonical":
-        decoded = decode(text, producer=producer, observed_at=now, origin=origin)
+        decoded = decode(raw, producer=producer, observed_at=now, origin=origin)
     else:
         from ingest.adapters import Context, registry, run
 
@@ -64,22 +85,19 @@ def _ingest_text(settings: Settings, text: str, *, producer: str, origin: str,
             adapters = registry(settings.adapter_config())
         except (OSError, ValueError) as exc:
             raise click.ClickException(f"adapter mapping: {exc}") from None
-        decoded = run(adapters[adapter], text, ctx)
-    if settings.cluster_mode:
-        from jobtrail.kafka_io import publish_sync
-        from schemas.dead_letters import DeadLetter
-
-        publish_sync(settings, decoded)
+        decoded = run(adapters[adapter], raw, ctx)
+    runtime = open_runtime(settings, topology=topology)
+    try:
+        runtime.submit(decoded)
+        result = runtime.drain()
+    finally:
+        runtime.close()
+    if runtime.mode == "cluster":
         dead = [d for d in decoded if isinstance(d, DeadLetter)]
         click.echo(f"produced {len(decoded) - len(dead)} events and {len(dead)} dead letters "
                    f"to {settings.kafka} in {time.monotonic() - started:.2f} s")
         _print_dead_letters(dead)
         return
-    from jobtrail.app import embedded_runner
-
-    runner = embedded_runner(settings, topology=topology)
-    runner.submit(decoded)
-    result = runner.drain()
     click.echo(_summary(result, started))
     _print_dead_letters(result.dead_letters)
 
@@ -91,7 +109,7 @@ def _formats() -> list[str]:
 
 
 @main.command()
-@click.argument("file", type=click.File("r"))
+@click.argument("file", type=click.File("rb"))
 @click.option("--format", "fmt", type=click.Choice(_formats()), default="canonical",
               help="Source adapter (docs/adapters.md); canonical = our JSON events")
 @click.option("--producer", default="file", help="Producer name recorded on each event")
@@ -212,10 +230,15 @@ def sample_events(ctx: click.Context, synthetic: int) -> None:
 @click.pass_context
 def drain(ctx: click.Context) -> None:
     """Process what the embedded log still holds (e.g. after a crash)."""
-    from jobtrail.app import embedded_runner
+    from jobtrail.app import open_runtime
 
     started = time.monotonic()
-    click.echo(_summary(embedded_runner(_settings(ctx)).drain(), started))
+    runtime = open_runtime(_settings(ctx))
+    try:
+        result = runtime.drain()
+    finally:
+        runtime.close()
+    click.echo(_summary(result, started))
 
 
 @main.command()

@@ -1,8 +1,9 @@
 """`jobtrail incidents`, `jobtrail incident ...` and `jobtrail replay`.
 
-Embedded mode applies a command at once (an invalid transition is an error naming the state);
-cluster mode queues it on `jobtrail.incident-commands` for the worker, which dead-letters a
-refused command with the reason."""
+Embedded mode appends a command to the log and applies it in order (an invalid transition is
+an error naming the state); cluster mode queues it on `jobtrail.incident-commands` for the
+worker. Either way a refused command is dead-lettered with the reason. The CLI acts as an
+operator."""
 
 from __future__ import annotations
 
@@ -127,19 +128,18 @@ def _command(ctx: click.Context, incident_id: str, command: str, by: str,
                   actor=Actor(kind="team" if by.startswith("team:") else "person",
                               name=by.removeprefix("team:")),
                   time=datetime.now(UTC), data=data)
-    if settings.cluster_mode:
-        from jobtrail.kafka_io import publish_command
+    from jobtrail.app import open_runtime
 
-        publish_command(settings, cmd)
-        click.echo(f"queued {command} {incident_id} as {cmd.command_id}")
-        return
-    from jobtrail.app import build_sink
-
-    sink = build_sink(settings, _store(settings))
+    runtime = open_runtime(settings)
     try:
-        events = sink.command(cmd)
+        events = runtime.command(cmd)
     except InvalidTransition as exc:
         raise click.ClickException(f"{incident_id}: {exc}") from None
+    finally:
+        runtime.close()
+    if events is None:
+        click.echo(f"queued {command} {incident_id} as {cmd.command_id}")
+        return
     if not events:
         click.echo(f"{cmd.command_id} was already applied")
     for event in events:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from ingest.adapters import AdapterConfig
@@ -65,6 +65,11 @@ class Settings:
     """YAML file mapping foreign CloudEvent types to ours."""
     rules_file: Path | None = None
     """Detection/routing/severity rules (default: processors/incidents/rules.yaml)."""
+    log_fsync: Literal["always", "never"] = "always"
+    """Embedded log durability: `always` fsyncs every append before ingest answers
+    (accepted means on disk); `never` leaves it to the OS (benchmarks only)."""
+    snapshot_interval_s: float = 10.0
+    """How often the processors' state is saved; a restart replays at most this much."""
 
     def adapter_config(self) -> AdapterConfig:
         """The adapters' mapping files, loaded and validated (raises ValueError naming them)."""
@@ -115,4 +120,14 @@ class Settings:
             cloudevents_mapping=env.get("JOBTRAIL_CLOUDEVENTS_MAPPING", ""),
             rules_file=Path(env["JOBTRAIL_RULES"]) if env.get("JOBTRAIL_RULES") else None,
             api_tokens=tokens,
+            log_fsync=_fsync(env.get("JOBTRAIL_LOG_FSYNC") or "always"),
+            snapshot_interval_s=_float(env, "JOBTRAIL_SNAPSHOT_INTERVAL_S", 10.0),
         )
+
+
+def _fsync(value: str) -> Literal["always", "never"]:
+    if value == "always":
+        return "always"
+    if value == "never":
+        return "never"
+    raise ValueError(f"JOBTRAIL_LOG_FSYNC must be always or never, got {value!r}")

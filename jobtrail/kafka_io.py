@@ -66,6 +66,16 @@ class KafkaPublisher:
         if futures:
             await asyncio.gather(*futures)
 
+    async def publish_command(self, command: Command) -> None:
+        """A person's incident command on `jobtrail.incident-commands`, keyed by incident."""
+        await (await self._producer.send(self.settings.topic("incident-commands"),
+                                         command.model_dump_json().encode(),
+                                         key=command.incident_id.encode()))
+
+    async def ping(self) -> None:
+        """A metadata round trip: raises when the broker does not answer."""
+        await asyncio.wait_for(self._producer.client.fetch_all_metadata(), timeout=10)
+
 
 def batch_by_cluster(events: Sequence[Event], max_events: int,
                      max_bytes: int = 512 * 1024) -> list[tuple[str, bytes]]:
@@ -95,22 +105,5 @@ def publish_sync(settings: Settings, records: Sequence[Event | DeadLetter]) -> N
             await publisher.publish(records)
         finally:
             await publisher.stop()
-
-    asyncio.run(run())
-
-
-def publish_command(settings: Settings, command: Command) -> None:
-    """Queue a person's incident command on `jobtrail.incident-commands` (keyed by incident)."""
-
-    async def run() -> None:
-        await ensure_topics(settings)
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka, acks="all")
-        await producer.start()
-        try:
-            await (await producer.send(settings.topic("incident-commands"),
-                                       command.model_dump_json().encode(),
-                                       key=command.incident_id.encode()))
-        finally:
-            await producer.stop()
 
     asyncio.run(run())

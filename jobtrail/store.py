@@ -221,19 +221,26 @@ class Store:
         self.retry.run(lambda: self.client.insert(
             f"{self.database}.{table}", rows, column_names=columns, settings=settings))
 
-    def stored_ids(self, events: Sequence[Event]) -> set[str]:
-        """Which of these event ids are already in `events` (narrowed by cluster and time)."""
-        if not events:
-            return set()
-        clusters = sorted({e.cluster for e in events})
-        ids = [e.id for e in events]
+    def arrivals(self, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
+        """id -> (arrival that first stored it, content digest) for the ids already stored.
+
+        A primary-key lookup in `event_ids`, whatever the events' time or cluster: a re-send
+        with another time is found too (it would sort elsewhere in `events`)."""
+        if not ids:
+            return {}
         result = self.retry.run(lambda: self._q(
-            "SELECT id FROM events WHERE cluster IN {clusters:Array(String)} "
-            "AND time >= {lo:DateTime64(3, 'UTC')} AND time <= {hi:DateTime64(3, 'UTC')} "
-            "AND id IN {ids:Array(String)}",
-            clusters=clusters, lo=min(e.time for e in events), hi=max(e.time for e in events),
-            ids=ids))
-        return {r[0] for r in result.result_rows}
+            "SELECT id, any(arrival), any(digest) FROM event_ids "
+            "WHERE id IN {ids:Array(String)} GROUP BY id", ids=list(ids)))
+        return {r[0]: (r[1], r[2]) for r in result.result_rows}
+
+    def events_by_id(self, ids: Sequence[str]) -> dict[str, Event]:
+        """Stored events by id (the slow path: to say how a conflicting re-send differs)."""
+        if not ids:
+            return {}
+        rows = self._dicts(
+            f"SELECT {', '.join(EVENT_COLUMNS)} FROM events FINAL "
+            "WHERE id IN {ids:Array(String)}", ids=list(ids))
+        return {r["id"]: event_from_row(r) for r in rows}
 
     def _insert_json(self, table: str, lines: list[bytes], token: str | None) -> None:
         """JSONEachRow insert: ClickHouse parses in C++, several times faster than building
@@ -256,15 +263,25 @@ class Store:
         return {r[0] for r in result.result_rows}
 
     def write(self, outputs: Outputs, dead_letters: Sequence[DeadLetter] = (),
-              token: str | None = None) -> None:
-        """Write a processed batch; `token` makes a retried identical batch a no-op."""
+              token: str | None = None, *, known: frozenset[str] | set[str] = frozenset(),
+              arrivals: dict[str, str] | None = None) -> None:
+        """Write a processed batch; `token` makes a retried identical batch a no-op.
+
+        `known` events are already stored by this same arrival (a replay after a crash): their
+        derived rows are written again (idempotent), the events themselves are not. The
+        `event_ids` rows go last: an id there means its whole batch is stored."""
         self._insert("dead_letters", [dead_letter_row(d) for d in dead_letters],
                      DEAD_LETTER_COLUMNS, token)
         self._insert_json("job_timeline", [timeline_json(r) for r in outputs.timeline], token)
         self._insert("job_attempts", [attempt_row(a) for a in outputs.attempts],
                      ATTEMPT_COLUMNS, token)
         self.write_incidents(outputs.incidents, outputs.incident_states, token)
-        self._insert_json("events", [e.to_json().encode() for e in outputs.events], token)
+        new = [e for e in outputs.events if e.id not in known]
+        self._insert_json("events", [e.to_json().encode() for e in new], token)
+        arrival = arrivals or {}
+        self._insert_json("event_ids", [to_json({
+            "id": e.id, "arrival": arrival.get(e.id, ""), "digest": e.digest(), "time": e.time,
+            "cluster": e.cluster}) for e in new], token)
 
     def write_incidents(self, log: Sequence[IncidentEvent], states: Sequence[Incident],
                         token: str | None = None) -> None:
@@ -413,9 +430,12 @@ class Store:
 
     def incidents(self, projects: Sequence[str] | None, *, status: str = "",
                   since: datetime | None = None, limit: int = 200) -> list[dict[str, Any]]:
-        """Incidents touching the caller's projects, newest first. Infrastructure incidents
-        that impacted no job are visible to operators only."""
-        return self._dicts(
+        """Incidents touching the caller's projects, newest first, each as that caller may
+        see it (`jobtrail.incident_view`). Infrastructure incidents that impacted no job are
+        visible to operators only."""
+        from jobtrail.incident_view import summary
+
+        rows = self._dicts(
             f"SELECT {INCIDENT_LIST} FROM incidents FINAL "
             "WHERE ({all:Bool} OR hasAny(projects, {projects:Array(String)})) "
             "AND ({status:String} = '' OR status = {status:String}) "
@@ -423,45 +443,46 @@ class Store:
             "ORDER BY opened_at DESC, incident_id LIMIT {limit:UInt32}",
             all=projects is None, projects=list(projects or []), status=status,
             since=since or datetime(1970, 1, 1, tzinfo=UTC), limit=limit)
+        if projects is None or not rows:
+            return rows
+        jobs: dict[str, list[dict[str, Any]]] = {}
+        for job in self._dicts(
+                "SELECT incident_id, project, job_id, attempt, role, gpus, lost_gpu_hours, "
+                "lost_steps FROM incident_jobs FINAL WHERE incident_id IN {ids:Array(String)}",
+                ids=[r["incident_id"] for r in rows]):
+            jobs.setdefault(job["incident_id"], []).append(job)
+        return [summary(r, jobs.get(r["incident_id"], []), projects) for r in rows]
 
     def incident(self, incident_id: str,
                  projects: Sequence[str] | None) -> dict[str, Any] | None:
-        """One incident with its impacted jobs, evidence and log, or None when it does not
-        exist or touches none of the caller's projects. Other projects' jobs, their
-        evidence and their log entries are left out."""
+        """One incident with its impacted jobs, evidence, actions and log, or None when it
+        does not exist or touches none of the caller's projects; narrowed to what the
+        caller may see (`jobtrail.incident_view.detail`)."""
+        from jobtrail.incident_view import detail
+
         rows = self._dicts(
             "SELECT * FROM incidents FINAL WHERE incident_id = {id:String} "
             "AND ({all:Bool} OR hasAny(projects, {projects:Array(String)}))",
             id=incident_id, all=projects is None, projects=list(projects or []))
         if not rows:
             return None
-        params = {"id": incident_id, "all": projects is None, "projects": list(projects or [])}
         out = rows[0]
         out["jobs"] = self._dicts(
             "SELECT * EXCEPT version FROM incident_jobs FINAL WHERE incident_id = {id:String} "
-            "AND ({all:Bool} OR project IN {projects:Array(String)}) "
-            "ORDER BY project, job_id, attempt", **params)
+            "ORDER BY project, job_id, attempt", id=incident_id)
         out["evidence"] = self._dicts(
             "SELECT * EXCEPT incident_id FROM incident_evidence FINAL "
-            "WHERE incident_id = {id:String} "
-            "AND ({all:Bool} OR project = '' OR project IN {projects:Array(String)}) "
-            "ORDER BY time, event_id", **params)
+            "WHERE incident_id = {id:String} ORDER BY time, event_id", id=incident_id)
         out["actions"] = self._dicts(
-            "SELECT action_id, title, owner, status, due FROM actions FINAL "
+            "SELECT action_id, title, owner, status, due, projects FROM actions FINAL "
             "WHERE incident_id = {id:String} ORDER BY action_id", id=incident_id)
-        log = self._dicts(
+        out["log"] = self._dicts(
             "SELECT seq, kind, time, actor_kind, actor, rule, data, command_id "
             "FROM incident_log FINAL WHERE incident_id = {id:String} ORDER BY seq",
             id=incident_id)
-        allowed = None if projects is None else set(projects)
-        out["log"] = []
-        for entry in log:
+        for entry in out["log"]:
             entry["data"] = json.loads(entry["data"])
-            owner = (entry["data"].get("job") or {}).get("project") or \
-                entry["data"].get("project") or ""
-            if allowed is None or not owner or owner in allowed:
-                out["log"].append(entry)
-        return out
+        return detail(out, projects)
 
     def dead_letters(self, limit: int = 1000) -> list[dict[str, Any]]:
         return self._dicts(
@@ -470,7 +491,7 @@ class Store:
 
     def count(self, table: str, *, final: bool = True) -> int:
         """Row count of one of our tables (operational checks and tests)."""
-        if table not in {"events", "job_timeline", "job_attempts", "dead_letters",
+        if table not in {"events", "event_ids", "job_timeline", "job_attempts", "dead_letters",
                          "incident_log", "incidents", "incident_evidence", "incident_jobs",
                          "actions"}:
             raise ValueError(f"unknown table {table!r}")
@@ -481,6 +502,10 @@ class Store:
         """Event ids stored more than once in the raw table (should always be 0)."""
         sql = "SELECT count() FROM (SELECT id FROM events GROUP BY id HAVING count() > 1)"
         return int(self._q(sql).result_rows[0][0])
+
+    def ping(self) -> None:
+        """A round trip to the engine; raises when it does not answer."""
+        self._q("SELECT 1")
 
     def close(self) -> None:
         close: Callable[[], None] | None = getattr(self.client, "close", None)

@@ -52,6 +52,13 @@ class Pipeline:
         self._waiting_order: deque[tuple[datetime, str, str]] = deque()
         self._attributed: dict[str, set[tuple[str, str, int]]] = {}
 
+    def bind(self, rules: Rules, topology: Topology | None = None) -> None:
+        """After loading a snapshot: this run's rules, and a new topology when the file it
+        was built from changed."""
+        if topology is not None:
+            self.topology = topology
+        self.detector.bind(rules, lambda: self.topology)
+
     def restore(self, attempts: Iterable[Attempt], recent: Iterable[Event] = ()) -> None:
         """Rebuild state from stored attempts and the recent infrastructure events."""
         for attempt in attempts:
@@ -166,17 +173,25 @@ class Pipeline:
         attempt_of_job = job_record.attempt_at(event.time) if job_record else None
         return rows_for(event, self.membership, attempt_of_job, self.topology)
 
-    def restore_incidents(self, log: Sequence[IncidentEvent], recent: Iterable[Event]) -> None:
+    def restore_incidents(self, log: Sequence[IncidentEvent],
+                          recent: Iterable[Event]) -> list[str]:
         """The incident book from its log; the detector's memory (signals, progress) from
-        the recent events, replayed without deciding anything again."""
+        the recent events, replayed without deciding anything again. Returns what could not
+        be replayed (one line each): a restore reports and carries on, it never refuses."""
         self.detector.restore(log, self.jobs)
         self.detector.replaying = True
+        failed: list[str] = []
         try:
             for event in sorted(recent, key=lambda e: (e.time, e.id)):
-                if event.type != "topology.link":
+                if event.type == "topology.link":
+                    continue
+                try:
                     self.detector.observe(event, self._rows(event))
+                except Exception as exc:  # stored history must never stop a start
+                    failed.append(f"{event.type} {event.id}: {type(exc).__name__}: {exc}")
         finally:
             self.detector.replaying = False
+        return failed
 
     def command(self, command: Command) -> Outputs:
         """A person's incident command, through the same book the detector decides with."""

@@ -38,10 +38,15 @@ class Topology:
         self._downlinks: dict[str, set[str]] = defaultdict(set)
         self._target_fs: dict[str, str] = {}
         self._applied: set[str] = set()
+        self.origin = ""
+        """A digest of the topology file this was built from ('' for none)."""
 
     @classmethod
     def from_file(cls, spec: TopologyFile) -> Topology:
+        import hashlib
+
         topology = cls()
+        topology.origin = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]
         for name, switch in spec.switches.items():
             for up in switch.uplinks:
                 topology._uplinks[name].add(up)

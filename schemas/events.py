@@ -130,6 +130,20 @@ class Event(BaseModel):
     def to_json(self) -> str:
         return self.model_dump_json(exclude_none=True)
 
+    def digest(self) -> str:
+        """What the event says (not when or by whom it was observed): two records with one
+        id and the same digest are the same event sent twice; otherwise a conflict."""
+        body = self.model_dump_json(exclude_none=True, exclude=_NOT_CONTENT)
+        return hashlib.sha256(body.encode()).hexdigest()[:24]
+
+    def differences(self, other: Event) -> list[str]:
+        """Envelope fields (and `attributes`) whose values differ, in envelope order."""
+        return [name for name in type(self).model_fields
+                if name not in _NOT_CONTENT and getattr(self, name) != getattr(other, name)]
+
+
+_NOT_CONTENT = {"id", "observed_at", "producer"}
+
 
 def natural_id(source: str, payload: dict[str, Any]) -> str:
     """A stable id from the source and the event's natural key (everything but observed_at)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,40 +14,18 @@ from aiohttp import web
 
 from jobtrail import sample
 from jobtrail.config import Settings
-from jobtrail.http import create_app
-from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
-from jobtrail.runtime.sink import Sink
+from jobtrail.http import RuntimeBackend, create_app
+from jobtrail.runtime.embedded import EmbeddedRuntime
 from jobtrail.store import Store
-from processors.pipeline import Pipeline
 from processors.topology import Topology
 from schemas.topology import TopologyFile
 
 
-class _Backend:
-    """The embedded backend, wired to the per-test store (one chDB engine per process)."""
-
-    def __init__(self, store: Store, home: Path) -> None:
-        self.store = store
-        wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
-        self.runner = EmbeddedRunner(Sink(store, Pipeline(timedelta(seconds=30), wiring)),
-                                     EmbeddedLog(home / "log"))
-
-    def topology(self) -> Topology:
-        return self.runner.sink.pipeline.topology
-
-    async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-    async def submit(self, records: list[Any]) -> None:
-        self.runner.submit(records)
-        self.runner.drain()
-
-    async def command(self, command: Any) -> list[Any]:
-        return self.runner.sink.command(command)
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
+def _Backend(store: Store, home: Path) -> RuntimeBackend:
+    """The embedded runtime behind the API, on the per-test store (one chDB engine per
+    process) and the sample cluster's wiring."""
+    wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
+    return RuntimeBackend(EmbeddedRuntime(Settings(home=home), topology=wiring, store=store))
 
 
 def _port() -> int:
@@ -107,7 +84,7 @@ def test_ingest_single_batch_and_lines_then_read_timeline(store: Store, tmp_path
 
 def test_tokens_bind_reads_to_their_projects(store: Store, tmp_path: Path) -> None:
     backend = _Backend(store, tmp_path)
-    settings = Settings(home=tmp_path, api_tokens={"tok-a": (sample.PROJECT,),
+    settings = Settings(home=tmp_path, api_tokens={"tok-a": (sample.PROJECT, "@infra"),
                                                    "tok-b": ("other",)})
 
     async def scenario(client: aiohttp.ClientSession) -> None:
@@ -146,7 +123,7 @@ def test_garbage_bodies_are_dead_lettered_not_crashes(store: Store, tmp_path: Pa
 def test_membership_queries_over_http(store: Store, tmp_path: Path) -> None:
     backend = _Backend(store, tmp_path)
     auth = {"Authorization": "Bearer tok-a"}
-    settings = Settings(home=tmp_path, api_tokens={"tok-a": (sample.PROJECT,)})
+    settings = Settings(home=tmp_path, api_tokens={"tok-a": (sample.PROJECT, "@infra")})
 
     async def scenario(client: aiohttp.ClientSession) -> None:
         assert (await client.post("/v1/events", data=sample.jsonl(), headers=auth)).status == 202
@@ -235,13 +212,13 @@ def test_incident_routes_are_bound_to_the_token_projects(store: Store, tmp_path:
     from tests.processors.incident_kit import at, ev, started
 
     backend = _Backend(store, tmp_path)
-    backend.runner.submit([
+    backend.runtime.submit([
         started("j", 1, at(0), ["node-001", "node-002"]),
         ev("node.xid", at(5), scope="gpu", entity="node-001/gpu0", node="node-001",
            attributes={"xid": 79}),
         ev("job.worker_exited", at(5, 3), job="j", attempt=1, node="node-001",
            attributes={"rank": 0, "exit_code": 1})])
-    backend.runner.drain()
+    backend.runtime.drain()
     mine = {"Authorization": "Bearer tok-a"}
     theirs = {"Authorization": "Bearer tok-b"}
 

@@ -5,9 +5,13 @@
 adapter and produces what it yields to `jobtrail.events` and `jobtrail.dlq`.
 
 An agent is a thin shell: take a batch, decode, hand it to the shared `Sink` (in a single
-worker thread, because the ClickHouse client is blocking), and only then let Faust ack the
-batch. Faust commits offsets of acked events, so a SIGKILL replays at most the uncommitted
-tail, which the sink drops by id.
+worker thread, because the ClickHouse client is blocking), save the processors' state with
+the offsets it has consumed (`snapshot.py`, under `JOBTRAIL_HOME/worker/`), and only then let
+Faust ack the batch. Faust commits acked offsets every second, so after a SIGKILL it
+redelivers from the last commit: messages at or before the snapshot's offsets are already
+in the state and the store and are skipped; later ones are processed (the sink recognises a
+same-arrival replay by id). The restarted worker's state is therefore the uninterrupted
+one's, and so is its incident log.
 
 Two Faust caveats shape this (see ../shared/notes/stack.md): agents keep `concurrency=1`
 (higher can commit past an in-flight message), and `take_events` acks its buffer in a
@@ -48,10 +52,17 @@ def _token(events: list[Any]) -> str:
 
 
 def create_app(settings: Settings) -> faust.App:
+    from jobtrail.runtime.home import HomeLock
+    from jobtrail.runtime.snapshot import SnapshotFile, adopt
+
+    HomeLock(settings.home).acquire(f"jobtrail worker ({settings.app_id})")
+    state_dir = settings.home / "worker" / settings.app_id
+    state_dir.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         settings.app_id,
         broker=f"kafka://{settings.kafka}",
         store="memory://",
+        datadir=str(state_dir / "faust"),
         value_serializer="raw",
         key_serializer="raw",
         topic_partitions=settings.partitions,
@@ -70,11 +81,38 @@ def create_app(settings: Settings) -> faust.App:
     dlq_topic = app.topic(settings.topic("dlq"), value_serializer="raw")
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clickhouse")
     state: dict[str, Any] = {}
+    snapshots = SnapshotFile(state_dir / "pipeline.snap")
+    positions: dict[str, int] = {}
 
     def sink() -> Any:
         if "sink" not in state:
-            state["sink"] = build_sink(settings, open_store(settings))
+            built = build_sink(settings, open_store(settings), restore=False)
+            loaded = snapshots.load()
+            if loaded is not None:
+                report = adopt(built, loaded)
+                positions.update(loaded.positions)
+            else:
+                report = f"{snapshots.problem}: {built.restore()}"
+            log.warning("worker state: %s", report)
+            state["sink"] = built
         return state["sink"]
+
+    def fresh(batch: list[Any]) -> list[Any]:
+        """Drop messages the saved state already holds (redelivered after a restart)."""
+        return [e for e in batch if e.message.offset >
+                positions.get(f"{e.message.topic}/{e.message.partition}", -1)]
+
+    def checkpoint(batch: list[Any]) -> None:
+        """Runs on the ClickHouse thread after the batch is stored, before Faust acks it."""
+        for e in batch:
+            stream = f"{e.message.topic}/{e.message.partition}"
+            positions[stream] = max(positions.get(stream, -1), e.message.offset)
+        snapshots.save(sink().pipeline, positions)
+
+    def handle_and_checkpoint(batch: list[Any], events: list[Event],
+                              arrivals: list[str]) -> None:
+        sink().handle(events, (), _token(batch), publish, arrivals=arrivals)
+        checkpoint(batch)
 
     async def run(fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
@@ -105,10 +143,13 @@ def create_app(settings: Settings) -> faust.App:
         await run(sink)
         # a message carries one event or many as JSON lines; batch by messages
         per_take = max(1, settings.batch_size // max(1, settings.wire_batch))
-        async for batch in stream.take_events(per_take, within=settings.batch_seconds):
-            values, positions = split_messages(batch)
+        async for taken in stream.take_events(per_take, within=settings.batch_seconds):
+            batch = fresh(list(taken))
+            if not batch:
+                continue
+            values, where = split_messages(batch)
             try:
-                events, dead = await run(sink().decode, values, positions)
+                events, dead, origin = await run(sink().decode, values, where)
                 if dead:
                     # the dlq agent is the one writer of dead_letters; wait for the broker
                     # to acknowledge before this batch is acked
@@ -116,11 +157,12 @@ def create_app(settings: Settings) -> faust.App:
                         fut = await dlq_topic.send(key=b"process",
                                                    value=letter.model_dump_json().encode())
                         await fut
-                await run(sink().handle, events, (), _token(list(batch)), publish)
+                await run(handle_and_checkpoint, batch, events,
+                          [where[i] for i in origin])
             except StoreUnavailable as exc:
                 fatal(exc)
-            except Exception as exc:  # the incident-events producer failed: replay the batch
-                fatal(exc, "could not publish incident events")
+            except Exception as exc:  # publishing or saving the state failed: replay it
+                fatal(exc, f"could not finish the batch ({type(exc).__name__})")
 
     @app.agent(commands_topic, concurrency=1)  # type: ignore[untyped-decorator]
     async def apply_commands(stream: Any) -> None:
@@ -128,7 +170,8 @@ def create_app(settings: Settings) -> faust.App:
         # jobtrail.incident-events and ClickHouse; a refused command is a dead letter saying why
         loop_box["loop"] = asyncio.get_running_loop()
         await run(sink)
-        async for batch in stream.take_events(100, within=settings.batch_seconds):
+        async for taken in stream.take_events(100, within=settings.batch_seconds):
+            batch = fresh(list(taken))
             for e in batch:
                 where = f"{e.message.topic}/{e.message.partition}@{e.message.offset}"
                 raw = e.value if isinstance(e.value, bytes) else str(e.value).encode()
@@ -149,6 +192,11 @@ def create_app(settings: Settings) -> faust.App:
                         received_at=_ts(e.message.timestamp or 0.0))
                     await (await dlq_topic.send(key=b"commands",
                                                 value=letter.model_dump_json().encode()))
+            if batch:
+                try:
+                    await run(checkpoint, batch)
+                except StoreUnavailable as exc:
+                    fatal(exc)
 
     adapters = registry(settings.adapter_config())
 
@@ -200,17 +248,18 @@ def create_app(settings: Settings) -> faust.App:
 
 
 def split_messages(batch: list[Any]) -> tuple[list[bytes], list[str]]:
-    """JSON-lines message values -> one record per line, with `topic/partition@offset#line`."""
+    """JSON-lines message values -> one record per line, each with its arrival
+    `topic/partition@offset#line` (what the sink compares to recognise a replay)."""
     values: list[bytes] = []
-    positions: list[str] = []
+    where_line: list[str] = []
     for e in batch:
         where = f"{e.message.topic}/{e.message.partition}@{e.message.offset}"
         raw = e.value if isinstance(e.value, bytes) else str(e.value).encode()
         lines = [line for line in raw.split(b"\n") if line.strip()] or [raw]
         for number, line in enumerate(lines):
             values.append(line)
-            positions.append(where if len(lines) == 1 else f"{where}#{number}")
-    return values, positions
+            where_line.append(f"{where}#{number}")
+    return values, where_line
 
 
 def _ts(seconds: float) -> Any:

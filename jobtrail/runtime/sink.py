@@ -1,8 +1,19 @@
-"""The write path both runtimes share: decode a batch, drop stored ids, process, write.
+"""The write path both runtimes share: decode a batch, sort out what is new, process, write.
 
-A batch is acknowledged (Kafka offsets committed, embedded log offset advanced) only after
-`handle` returns, i.e. after ClickHouse acknowledged every insert. Redelivered records are
-dropped here, before the processors see them, by asking the store which ids it already has.
+A batch is acknowledged (Kafka offsets, the embedded log's committed offset) only after
+`handle` returns, i.e. after ClickHouse acknowledged every insert.
+
+What is new is decided per event id against `event_ids`, in arrival order, first wins:
+- not stored: processed and written;
+- stored by this same arrival (the same record read again after a crash between the write
+  and the acknowledgement): processed again, so the processors' state holds it, and its
+  derived rows written again (idempotent); the event itself is not stored twice;
+- stored by another arrival with the same content: a duplicate, dropped and counted;
+- stored with other content: a conflicting re-send, dead-lettered naming the fields that
+  differ (`process.dedup`); the stored event stands.
+
+`write=False` runs the processors only: a runtime replaying records it already wrote, to
+bring a loaded snapshot up to its committed offset.
 """
 
 from __future__ import annotations
@@ -31,72 +42,143 @@ class BatchResult:
     timeline_rows: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
 
+    def add(self, other: BatchResult) -> None:
+        self.received += other.received
+        self.stored += other.stored
+        self.duplicates += other.duplicates
+        self.timeline_rows += other.timeline_rows
+        self.dead_letters.extend(other.dead_letters)
+
+
+def conflict_letter(event: Event, first: Event, arrival: str, received_at: datetime,
+                    ) -> DeadLetter:
+    differ = event.differences(first)
+    payload = event.to_json()  # already validated and redacted
+    ref = arrival or event.id
+    return DeadLetter(
+        id=DeadLetter.make_id("process.dedup", payload, ref), stage="process.dedup",
+        reason=f"conflicting re-send: id {event.id[:64]} was first stored with other content "
+               f"({', '.join(differ) or 'attributes'} differ); the first wins",
+        field=differ[0] if differ else "", producer=event.producer, event_ref=ref,
+        payload=payload, received_at=received_at)
+
 
 class Sink:
     def __init__(self, store: Store, pipeline: Pipeline) -> None:
         self.store = store
         self.pipeline = pipeline
 
-    def restore(self) -> int:
+    def restore(self) -> str:
+        """Rebuild processor state from the store when no snapshot can be used.
+
+        Approximate by nature (docs/operations.md): attempts and incidents are exact, the
+        detector's memory is rebuilt from recent events. Never refuses to start: what could
+        not be replayed is counted and reported."""
         attempts = self.store.load_attempts()
         recent = self.store.recent_infra_events(self.pipeline.lateness.total_seconds())
         self.pipeline.restore(attempts, recent)
         rules = self.pipeline.detector.rules
         memory = 2 * max(rules.cause_window_s, rules.group_window_s, rules.restart_deadline_s,
                          rules.progress.hang_after_s, rules.progress.fail_slow.for_s)
-        self.pipeline.restore_incidents(self.store.load_incident_log(),
-                                        self.store.recent_events(memory))
-        return len(attempts)
+        log_events = self.store.load_incident_log()
+        failed = self.pipeline.restore_incidents(log_events, self.store.recent_events(memory))
+        report = (f"rebuilt from the store: {len(attempts)} attempts, {len(log_events)} "
+                  f"incident events, detector memory from the last {memory / 3600:.1f} h")
+        if failed:
+            report += f"; {len(failed)} events could not be replayed ({failed[0]})"
+        return report
 
     def command(self, command: Command,
                 publish: Callable[[list[IncidentEvent]], None] | None = None,
-                ) -> list[IncidentEvent]:
+                write: bool = True) -> list[IncidentEvent]:
         """Apply a person's command (raises InvalidTransition) and store what it changed."""
         outputs = self.pipeline.command(command)
-        if publish is not None and outputs.incidents:
-            publish(outputs.incidents)
-        self.store.write(outputs)
-        emit("incident_commands", 1, command=command.command)
+        if write:
+            if publish is not None and outputs.incidents:
+                publish(outputs.incidents)
+            self.store.write(outputs)
+            emit("incident_commands", 1, command=command.command)
         return outputs.incidents
 
     def decode(self, records: Sequence[bytes | str], positions: Sequence[str] | None = None,
-               ) -> tuple[list[Event], list[DeadLetter]]:
+               ) -> tuple[list[Event], list[DeadLetter], list[int]]:
+        """Canonical records -> events and dead letters; the third list gives, for each
+        event, the index of the record it came from (to keep its arrival)."""
         events: list[Event] = []
         dead: list[DeadLetter] = []
+        origin: list[int] = []
         for i, raw in enumerate(records):
             out = decode_canonical(raw, position=positions[i] if positions else f"record {i}")
-            (events if isinstance(out, Event) else dead).append(out)  # type: ignore[arg-type]
-        return events, dead
+            if isinstance(out, Event):
+                events.append(out)
+                origin.append(i)
+            else:
+                dead.append(out)
+        return events, dead, origin
 
     def handle(self, events: Sequence[Event], dead_letters: Sequence[DeadLetter] = (),
                token: str | None = None,
-               publish: Callable[[list[IncidentEvent]], None] | None = None) -> BatchResult:
+               publish: Callable[[list[IncidentEvent]], None] | None = None, *,
+               arrivals: Sequence[str] | None = None, write: bool = True) -> BatchResult:
         """Process and store one batch; raises StoreUnavailable if ClickHouse stays down.
 
-        `publish` (the cluster runtime's producer to `jobtrail.incident-events`) runs after
-        processing and before the write: a crash in between replays the batch, which
-        regenerates the same incident events (same ids), so the topic is at-least-once and
-        never misses one."""
-        result = BatchResult(received=len(events) + len(dead_letters),
-                             dead_letters=list(dead_letters))
-        unique: dict[str, Event] = {}
-        for event in events:
-            unique.setdefault(event.id, event)
-        stored = self.store.stored_ids(list(unique.values()))
-        fresh = [e for e in unique.values() if e.id not in stored]
-        result.duplicates = len(events) - len(fresh)
-        known_letters = self.store.stored_dead_letter_ids([d.id for d in dead_letters])
-        dead_letters = [d for d in dead_letters if d.id not in known_letters]
+        `arrivals[i]` says where `events[i]` was read (stream and offset); without it every
+        stored id counts as a duplicate. `publish` (the cluster runtime's producer to
+        `jobtrail.incident-events`) runs after processing and before the write: a crash in
+        between replays the batch, which regenerates the same incident events (same ids)."""
+        result = BatchResult(received=len(events) + len(dead_letters))
+        now = datetime.now(UTC)
+        where = list(arrivals) if arrivals is not None else [""] * len(events)
+        first: dict[str, tuple[Event, str]] = {}
+        conflicts: list[DeadLetter] = []
+        for event, arrival in zip(events, where, strict=True):
+            seen = first.get(event.id)
+            if seen is None:
+                first[event.id] = (event, arrival)
+            elif seen[0].digest() != event.digest():
+                conflicts.append(conflict_letter(event, seen[0], arrival, now))
+            else:
+                result.duplicates += 1
+        stored = self.store.arrivals(list(first))
+        fresh: list[Event] = []
+        replayed: set[str] = set()
+        clash: list[tuple[Event, str]] = []
+        for event_id, (event, arrival) in first.items():
+            known = stored.get(event_id)
+            if known is None:
+                fresh.append(event)
+            elif arrival and known[0] == arrival:
+                fresh.append(event)
+                replayed.add(event_id)
+            elif known[1] and known[1] != event.digest():
+                clash.append((event, arrival))
+            else:
+                result.duplicates += 1
+        if clash:
+            originals = self.store.events_by_id([e.id for e, _ in clash])
+            for event, arrival in clash:
+                original = originals.get(event.id)
+                if original is None:  # indexed but not readable: treat as the same event
+                    result.duplicates += 1
+                    continue
+                conflicts.append(conflict_letter(event, original, arrival, now))
+        letters = [*dead_letters, *conflicts]
+        result.dead_letters = letters
         outputs = self.pipeline.process(fresh)
+        result.stored = len(fresh) - len(replayed)
+        result.timeline_rows = len(outputs.timeline)
+        if not write:
+            return result
+        known_letters = self.store.stored_dead_letter_ids([d.id for d in letters])
+        new_letters = [d for d in letters if d.id not in known_letters]
         if publish is not None and outputs.incidents:
             publish(outputs.incidents)
-        self.store.write(outputs, dead_letters, token)
+        self.store.write(outputs, new_letters, token, known=replayed,
+                         arrivals={e.id: a for e, a in first.values() if a})
         _incident_latency(outputs.incidents, self.pipeline.detector.opened_observed)
-        result.stored = len(fresh)
-        result.timeline_rows = len(outputs.timeline)
-        emit("events_stored", len(fresh))
+        emit("events_stored", result.stored)
         emit("events_duplicate", result.duplicates)
-        for letter in dead_letters:
+        for letter in new_letters:
             emit("events_dead_lettered", 1, stage=letter.stage)
         return result
 

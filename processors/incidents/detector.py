@@ -66,6 +66,11 @@ def _job(key: AttemptKey) -> dict[str, Any]:
     return {"project": key[0], "job_id": key[1], "attempt": key[2]}
 
 
+class _NotInLog(Exception):
+    """Replaying recent events after a restart reached a decision the log does not hold
+    (the original run, seeing another order, did not take it): the decision is skipped."""
+
+
 @dataclass
 class Signal:
     event: Event
@@ -115,6 +120,21 @@ class Detector:
         self._symptom_counts: dict[tuple[AttemptKey, str], int] = {}
 
     # --- state --------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the rules and the topology, which the runtime binds on load."""
+        state = dict(self.__dict__)
+        state.pop("rules", None)
+        state.pop("topology", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def bind(self, rules: Rules, topology: Callable[[], Topology]) -> None:
+        self.rules = rules
+        self.topology = topology
+        self._hang_after = timedelta(seconds=rules.progress.hang_after_s)
 
     def restore(self, log: Sequence[IncidentEvent],
                 jobs: Mapping[tuple[str, str], JobRecord] = {}) -> None:
@@ -196,6 +216,15 @@ class Detector:
 
     def observe(self, event: Event, rows: Sequence[TimelineRow]) -> list[IncidentEvent]:
         self._out = []
+        try:
+            self._observe(event, rows)
+        except _NotInLog:
+            if not self.replaying:
+                raise
+        out, self._out = self._out, []
+        return out
+
+    def _observe(self, event: Event, rows: Sequence[TimelineRow]) -> None:
         self._advance(event.time)
         if event.type in LIFECYCLE_TYPES and event.job_id:
             job, _ = evolve(self.jobs.get((event.project, event.job_id)), event)
@@ -209,8 +238,6 @@ class Detector:
         symptom = self.rules.symptom_rule(event.type, event.attributes, event.message)
         if symptom is not None and event.job_id:
             self._symptom(event, symptom, self._attempt_key(event), event.time, event.id)
-        out, self._out = self._out, []
-        return out
 
     def reach(self, rows: Sequence[TimelineRow]) -> None:
         """Late attribution (an attempt that started after the signal arrived) widens the
@@ -341,6 +368,8 @@ class Detector:
                    {"key": key, "class": klass, "entity": entity, "title": title,
                     "first_signal_at": first_at.isoformat(), "first_event": first_id},
                    "opened")
+        if inc_id not in self.book:
+            raise _NotInLog(inc_id)
         if observed_at is not None and not self.replaying:
             # when the signal reached us: for the latency metric, not part of the log (the
             # log is a function of the input alone)

@@ -150,6 +150,8 @@ class Action:
     owner: str = ""
     status: str = "open"
     due: str = ""
+    projects: tuple[str, ...] = ()
+    """The projects of whoever added it (shown to those projects); () for operators."""
 
 
 @dataclass
@@ -314,7 +316,7 @@ def apply(state: Incident | None, event: IncidentEvent) -> Incident:
             changes.update(resolved_at=None, mitigated_at=None)
     elif kind == "action_added":
         action = Action(d["action_id"], d.get("title", ""), d.get("owner", ""), "open",
-                        d.get("due", ""))
+                        d.get("due", ""), tuple(d.get("projects") or ()))
         inc.actions[action.action_id] = action
     elif kind == "action_updated":
         old = inc.actions.get(d["action_id"]) or Action(d["action_id"], "")

@@ -69,7 +69,8 @@ def job_rows(inc: Incident) -> list[dict[str, Any]]:
 
 def action_rows(inc: Incident) -> list[dict[str, Any]]:
     return [{"incident_id": inc.id, "action_id": a.action_id, "title": a.title,
-             "owner": a.owner, "status": a.status, "due": a.due, "version": inc.seq}
+             "owner": a.owner, "status": a.status, "due": a.due, "projects": list(a.projects),
+             "version": inc.seq}
             for a in inc.actions.values()]
 
 

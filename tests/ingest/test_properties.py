@@ -73,7 +73,7 @@ def test_pipeline_stores_or_dead_letters_everything(store: Store, batch: list[An
     new_ids = len({e.id for e in events})
     # ids may repeat across examples (same input generated twice): count growth is bounded
     assert store.count("events") - before_events <= new_ids
-    stored = store.stored_ids(events)
+    stored = set(store.arrivals([e.id for e in events]))
     assert stored == {e.id for e in events}
     assert store.stored_dead_letter_ids([d.id for d in letters]) == {d.id for d in letters}
     assert store.count("dead_letters") - before_dead <= len(letters)

@@ -1,0 +1,104 @@
+"""The runtime behind the API, made async: every call to it runs on one executor thread
+(chDB's client is not shared between threads; the embedded processors are single-threaded),
+CPU-heavy decoding runs on another, so the event loop keeps answering `/livez` while a
+100k-event batch is parsed or drained."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from jobtrail.runtime import Runtime
+
+log = logging.getLogger("jobtrail.http")
+
+T = TypeVar("T")
+HEALTH_EVERY_S = 5.0
+STALE_AFTER_S = 30.0
+
+
+class RuntimeBackend:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runtime")
+        self.parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parse")
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.health: dict[str, object] = {"store": "not checked yet"}
+        self.health_at = 0.0
+        self.started = False
+
+    @property
+    def store(self) -> Any:
+        return self.runtime.store
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
+
+    async def parse(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.parser, lambda: fn(*args, **kwargs))
+
+    async def submit(self, records: list[Any]) -> None:
+        await self.call(self.runtime.submit, records)
+        self._wake.set()
+
+    async def command(self, command: Any) -> Any:
+        return await self.call(self.runtime.command, command)
+
+    def topology(self) -> Any:
+        return self.runtime.topology()
+
+    async def _drain_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+            self._wake.clear()
+            try:
+                await self.call(self.runtime.drain)
+            except Exception:  # keep serving; the log keeps the records for the next drain
+                log.exception("drain failed; will retry")
+                await asyncio.sleep(1.0)
+
+    async def check(self) -> None:
+        """Readiness, measured through the same thread the processors use."""
+        self.health = await self.call(self.runtime.health)
+        self.health_at = time.monotonic()
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(HEALTH_EVERY_S)
+            try:
+                await self.check()
+            except Exception as exc:
+                self.health = {"store": f"check failed: {type(exc).__name__}: {exc}"}
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        age = time.monotonic() - self.health_at if self.health_at else None
+        checks = dict(self.health)
+        ready = self.started and all(v == "ok" for k, v in checks.items()
+                                     if k in ("store", "broker"))
+        if age is not None and age > STALE_AFTER_S:
+            ready = False
+            checks["checked"] = f"{age:.0f} s ago: the processing thread is busy or stuck"
+        return ready, checks
+
+    async def start(self) -> None:
+        await self.call(self.runtime.drain)
+        await self.check()
+        self.started = True
+        self._tasks = [asyncio.create_task(self._drain_loop()),
+                       asyncio.create_task(self._health_loop())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await self.call(self.runtime.close)
+        self.executor.shutdown(wait=False)
+        self.parser.shutdown(wait=False)

@@ -1,0 +1,152 @@
+"""Processor state saved beside the position it reflects, so a restart resumes exactly.
+
+The incident log must be a function of the input alone, whatever the batching, splitting and
+restarts. Rebuilding the processors' memory from the store can only approximate that (which
+signals were remembered, which timers were armed, in which order things arrived), so each
+runtime saves the whole `Pipeline` with the input positions it has consumed, and on start
+loads it and replays only what came after.
+
+A snapshot is a pickle (written and read only by this process's own home; never load one
+from elsewhere) behind a header: a format number and a fingerprint of the state's classes.
+A snapshot from other code (a field added or renamed), an unreadable file, or a missing one
+is reported and the runtime falls back to rebuilding from the store: it always starts.
+The topology is kept unless the topology file changed, in which case it is rebuilt from the
+new file and the stored `topology.link` events.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from processors.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from jobtrail.runtime.sink import Sink
+
+log = logging.getLogger("jobtrail.snapshot")
+
+STATE_VERSION = 1
+"""Bump when the meaning of stored state changes without its shape changing."""
+_MAGIC = b"JTSNAP"
+
+
+def _shape(obj: Any) -> list[str]:
+    if dataclasses.is_dataclass(obj):
+        return sorted(f.name for f in dataclasses.fields(obj))
+    fields = getattr(obj, "model_fields", None)
+    if isinstance(fields, dict):
+        return sorted(fields)
+    return sorted(vars(obj))
+
+
+def fingerprint() -> str:
+    """A digest of the shapes of every class the state is made of."""
+    from processors import attempts, pipeline, timeline, topology
+    from processors.incidents import detector, model
+    from schemas.events import Event
+
+    fresh = pipeline.Pipeline()
+    parts = [f"v{STATE_VERSION}"]
+    for name, shape in [
+        ("Pipeline", _shape(fresh)), ("Detector", _shape(fresh.detector)),
+        ("Membership", _shape(fresh.membership)), ("Topology", _shape(fresh.topology)),
+        ("Attempt", _shape(attempts.Attempt)), ("JobRecord", _shape(attempts.JobRecord)),
+        ("Span", _shape(timeline.Span)), ("Link", _shape(topology.Link)),
+        ("Incident", _shape(model.Incident)), ("JobImpact", _shape(model.JobImpact)),
+        ("Evidence", _shape(model.Evidence)), ("Action", _shape(model.Action)),
+        ("Signal", _shape(detector.Signal)), ("Progress", _shape(detector.Progress)),
+        ("Event", _shape(Event)),
+    ]:
+        parts.append(f"{name}:{','.join(shape)}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Snapshot:
+    pipeline: Pipeline
+    positions: dict[str, int] = field(default_factory=dict)
+    """Input stream -> the last offset whose record is inside this state."""
+    topology_origin: str = ""
+
+
+def adopt(sink: Sink, snapshot: Snapshot) -> str:
+    """Install a loaded snapshot's pipeline in `sink` under this run's rules (and topology,
+    when the file changed); returns what it did, for the operator."""
+    current = sink.pipeline
+    rebuilt = None
+    if snapshot.topology_origin != current.topology.origin:
+        from jobtrail.queries import wiring
+
+        rebuilt = wiring(sink.store, current.topology)
+    snapshot.pipeline.bind(current.detector.rules, rebuilt)
+    sink.pipeline = snapshot.pipeline
+    where = ", ".join(f"{k}@{v}" for k, v in sorted(snapshot.positions.items())) or "start"
+    return f"snapshot at {where}" + (
+        "; the topology file changed: rewired from the new file and the stored links"
+        if rebuilt is not None else "")
+
+
+class SnapshotFile:
+    """One snapshot file, replaced atomically (tmp, fsync, rename, fsync dir)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.problem = ""
+        """Why the last `load` returned nothing (for the operator), '' when it loaded."""
+
+    def save(self, pipeline: Pipeline, positions: dict[str, int]) -> int:
+        """Write the state; returns the size in bytes."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        body = pickle.dumps(Snapshot(pipeline, dict(positions), pipeline.topology.origin),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+        header = _MAGIC + fingerprint().encode() + b"\n"
+        tmp = self.path.with_suffix(".tmp")
+        with tmp.open("wb") as fh:
+            fh.write(header)
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return len(header) + len(body)
+
+    def load(self) -> Snapshot | None:
+        self.problem = ""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            self.problem = "no snapshot yet"
+            return None
+        except OSError as exc:
+            self.problem = f"cannot read {self.path}: {exc}"
+            return None
+        header, _, body = data.partition(b"\n")
+        if not header.startswith(_MAGIC):
+            self.problem = f"{self.path} is not a jobtrail snapshot"
+            return None
+        if header[len(_MAGIC):].decode(errors="replace") != fingerprint():
+            self.problem = "the snapshot was written by a version with other state classes"
+            return None
+        try:
+            snapshot = pickle.loads(body)  # noqa: S301 - our own file, written by save()
+        except Exception as exc:  # a truncated or foreign pickle: report and rebuild
+            self.problem = f"unreadable snapshot: {type(exc).__name__}: {exc}"
+            return None
+        if not isinstance(snapshot, Snapshot):
+            self.problem = "unexpected snapshot content"
+            return None
+        return snapshot
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
