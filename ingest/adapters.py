@@ -11,6 +11,7 @@ keeps what it understood and dead-letters the rest, each reject naming the adapt
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -18,10 +19,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ingest.canonical import Decoded, ParseError, _dead, to_event
+from ingest.canonical import Decoded, ParseError, _dead, loads, to_event
 from ingest.redact import redact_text
 
 RAW_LIMIT = 4096
+log = logging.getLogger("jobtrail.adapters")
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def raw_evidence(payload: Any) -> str:
     """The original payload as evidence: redacted, truncated."""
     text = payload if isinstance(payload, str) else json.dumps(payload, sort_keys=True,
                                                                default=str)
-    return redact_text(text[:RAW_LIMIT])
+    return redact_text(text)[:RAW_LIMIT]
 
 
 _ISO = re.compile(r"^\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
@@ -115,7 +117,9 @@ def fill(template: Any, values: dict[str, str], where: str) -> Any:
 def json_object(text: str, what: str = "the body") -> dict[str, Any]:
     """A payload that must be one JSON object; a ParseError saying which rule it broke."""
     try:
-        payload = json.loads(text)
+        payload = loads(text)
+    except RecursionError:
+        raise ParseError("", "not JSON we accept: nested too deep to parse") from None
     except ValueError as exc:
         raise ParseError("", f"not JSON: {exc}") from None
     if not isinstance(payload, dict):
@@ -132,6 +136,14 @@ def run(adapter: Adapter, raw: bytes | str, ctx: Context) -> list[Decoded]:
         records = adapter.parse(text, ctx)
     except ParseError as exc:
         return [_dead(stage, ParseError(exc.field, f"{adapter.name}: {exc.reason}"), text,
+                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at)]
+    except RecursionError:
+        return [_dead(stage, f"{adapter.name}: nested too deep to parse", text,
+                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at)]
+    except Exception as exc:  # an adapter bug must cost the payload, never the process
+        log.exception("adapter %s failed on %s", adapter.name, ctx.origin)
+        return [_dead(stage, f"{adapter.name} could not read it ({type(exc).__name__}); "
+                      "this is a bug in the adapter, please report it", text,
                       producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at)]
     for i, record in enumerate(records):
         ref = f"{ctx.origin}#{i}"

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ingest.adapters import Adapter, Context, Reject, fill, raw_evidence
-from ingest.canonical import ParseError
+from ingest.canonical import ParseError, loads
 from schemas.registry import REGISTRY
 
 PREFIX = "io.jobtrail."
@@ -40,13 +40,13 @@ def ce_id(source: str, ident: str) -> str:
 def _data(ce: dict[str, Any]) -> Any:
     if "data_base64" in ce:
         try:
-            return json.loads(base64.b64decode(ce["data_base64"]))
+            return loads(base64.b64decode(ce["data_base64"]))
         except ValueError:
             raise ParseError("data_base64", "not base64-encoded JSON") from None
     data = ce.get("data")
     if isinstance(data, str) and "json" in str(ce.get("datacontenttype", "")):
         try:
-            return json.loads(data)
+            return loads(data)
         except ValueError:
             raise ParseError("data", "datacontenttype says JSON but data is not") from None
     return data
@@ -100,7 +100,7 @@ def _one(ce: Any, where: str, mapping: Mapping[str, dict[str, Any]]) -> dict[str
 def parse(text: str, ctx: Context,
           mapping: Mapping[str, dict[str, Any]] | None = None) -> list[dict[str, Any] | Reject]:
     try:
-        payload = json.loads(text)
+        payload = loads(text)
     except ValueError as exc:
         raise ParseError("", f"not JSON: {exc}") from None
     table = mapping or {}
@@ -116,7 +116,7 @@ def from_binary(headers: Mapping[str, str], body: bytes) -> str:
     content_type = headers.get("Content-Type", "")
     if "json" in content_type:
         try:
-            ce["data"] = json.loads(body or b"null")
+            ce["data"] = loads(body or b"null")
         except ValueError:
             raise ParseError("data", "Content-Type says JSON but the body is not") from None
     else:

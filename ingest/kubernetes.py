@@ -24,13 +24,13 @@ their status conditions (`ingest/kubernetes_conditions.py`).
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from ingest import kubernetes_conditions as conditions
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
-from ingest.canonical import ParseError
+from ingest.canonical import ParseError, loads
+from ingest.redact import clip
 
 _ROLE = re.compile(r"-(?:worker|master|launcher|ps|chief|evaluator)(?:-\d+)?$")
 _POD_TYPES = {
@@ -46,11 +46,11 @@ def job_of_pod(name: str) -> str:
 
 def _objects(text: str) -> list[Any]:
     try:
-        value = json.loads(text)
+        value = loads(text)
     except ValueError:
         lines = [line for line in text.splitlines() if line.strip()]
         try:
-            value = [json.loads(line) for line in lines]
+            value = [loads(line) for line in lines]
         except ValueError as exc:
             raise ParseError("", f"neither JSON nor JSON lines: {exc}") from None
     values = value if isinstance(value, list) else [value]
@@ -85,7 +85,8 @@ def _event(obj: Any, i: int, ctx: Context) -> dict[str, Any] | Reject:
     uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
     severity = "warning" if obj.get("type") == "Warning" else "info"
     record: dict[str, Any] = {
-        "id": f"k8s-{uid}-{count}", "time": time, "severity": severity, "message": message[:500],
+        "id": f"k8s-{uid}-{count}", "time": time, "severity": severity,
+        "message": clip(message, 500),
         "attributes": {"k8s_reason": reason, "k8s_object": f"{kind}/{name}", "count": count,
                        "raw": raw_evidence(obj)},
     }
@@ -96,7 +97,7 @@ def _event(obj: Any, i: int, ctx: Context) -> dict[str, Any] | Reject:
                           raw_evidence(obj))
         record.update({"type": "node.not_ready", "scope": "node", "entity": node,
                        "node": node})
-        record["attributes"]["reason"] = message[:200]
+        record["attributes"]["reason"] = clip(message, 200)
         return record
     type_ = _POD_TYPES.get(reason)
     if type_ is None:
@@ -131,7 +132,7 @@ def _pending_reason(message: str) -> str:
         found.append("node affinity/selector")
     if "preemption" in message and not found:
         found.append("waiting for preemption")
-    return "; ".join(found) or message[:200]
+    return "; ".join(found) or clip(message, 200)
 
 
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:

@@ -30,6 +30,7 @@ import re
 from typing import Any
 
 from ingest.adapters import Context, Reject, raw_evidence
+from ingest.redact import clip
 
 KUBEFLOW_KINDS = frozenset({"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob",
                             "JAXJob"})
@@ -57,7 +58,7 @@ def wait_reason(message: str) -> str:
         return f"gang unschedulable: {gang.group(1)} tasks"
     if "Insufficient" in message:
         return "; ".join(sorted(set(re.findall(r"Insufficient [\w./-]+", message))))
-    return message[:200] or "unknown"
+    return clip(message, 200) or "unknown"
 
 
 def _job_of(obj: dict[str, Any], kind: str) -> str:
@@ -164,7 +165,7 @@ def records(obj: dict[str, Any], i: int, ctx: Context) -> list[dict[str, Any] | 
             "id": f"k8s-{uid}-{ctype}-{cstatus}-{when}", "type": type_, "time": when,
             "project": project, "job_id": job, "attempt": attempt,
             "severity": "error" if type_ in ("job.failed", "job.preempted") else "info",
-            "message": (message or f"{ctype} {reason}".strip())[:500],
+            "message": clip(message or f"{ctype} {reason}".strip(), 500),
             "attributes": {**attributes, "k8s_object": f"{kind}/{meta.get('name')}",
                            "k8s_condition": f"{ctype}={cstatus}", "k8s_reason": reason,
                            "raw": evidence},

@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.redact import clip
 
 _TS = re.compile(r"^\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
                  r"(?:Z|[+-]\d\d:?\d\d)?)\]?")
@@ -70,7 +71,7 @@ class _Lines:
         when, source = (time, "line") if time else _time(line, self.ctx)
         record: dict[str, Any] = {
             "type": type_, "time": when, "severity": severity, "project": self.ctx.project,
-            "job_id": self.ctx.job_id, "message": line.strip()[:500],
+            "job_id": self.ctx.job_id, "message": clip(line.strip(), 500),
             "attributes": {**attributes, "time_source": source, "raw": raw_evidence(line)},
         }
         if self.ctx.attempt is not None:
@@ -99,7 +100,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     if not (ctx.project and ctx.job_id):
         return [Reject("job_id", "training logs need the shipper to name project and job "
                        "(--project/--job, or X-Jobtrail-Project/-Job headers)",
-                       raw_evidence(text[:1000]))]
+                       raw_evidence(clip(text, 1000)))]
     lines = text.splitlines()
     sink = _Lines(ctx)
     i = 0

@@ -36,6 +36,7 @@ from typing import Any
 
 from ingest import xid
 from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
+from ingest.redact import clip
 
 _MLX_LINK = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]+) (?P<iface>\w+): Link (?P<state>up|down)")
 _MLX_MODULE = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]+?):? Port module event(?P<err>\[error\])?"
@@ -135,7 +136,7 @@ def _dcgm(lines: list[str], ctx: Context, ref: str) -> list[dict[str, Any] | Rej
             "type": "node.health", "time": ctx.observed_at.isoformat(), "scope": "gpu",
             "entity": f"{ctx.node}/gpu{item['gpu']}", "node": ctx.node,
             "severity": "critical" if item["status"] == "failure" else "warning",
-            "message": message[:500],
+            "message": clip(message, 500),
             "attributes": {**item, "class": klass, "time_source": "observed",
                            "raw": raw_evidence("\n".join(lines))},
         })
@@ -190,7 +191,7 @@ def _line(line: str, ctx: Context, ref: str) -> dict[str, Any] | Reject | None:
                   "entity": fs.group("fs") if fs else node, "severity": "error",
                   "attributes": {"filesystem": fs.group("fs")} if fs else {"layer": "gpfs"}}
         if not expelled:
-            record["attributes"]["error"] = message[:200]
+            record["attributes"]["error"] = clip(message, 200)
     elif m := _SLOWDOWN.search(body):
         bucket = _BUCKET.search(body)
         record = {"type": "storage.throttled", "scope": "target",

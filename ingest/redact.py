@@ -1,82 +1,196 @@
-"""Redaction of credentials before anything is stored, produced or logged.
+"""Redaction of credentials before anything is stored, produced, logged or exported.
 
-Applied to `message`, to every string inside `attributes` (recursively) and to the raw
-payload kept in dead letters. Values under sensitive keys (`password`, `token`, ...) are
-replaced whole. The patterns favour false positives: a redacted non-secret costs a little
-context, a leaked secret costs a rotation and an incident.
+Applied at ingest to every string of an event (envelope fields, attribute keys and values,
+recursively), to incident commands, and to dead-letter payloads, always *before* anything is
+truncated (a cut token would no longer match). Two sources of patterns:
+
+- the token formats of Yelp's `detect-secrets` scanner (every regex-based plugin it ships:
+  AWS, GitHub, GitLab, Slack, Stripe, Twilio, SendGrid, npm, PyPI, Azure, Discord, ...), so
+  new formats arrive with its upgrades;
+- our own, for what a log line says around a secret: `scheme://user:pass@host` (also
+  JSON-escaped `:\\/\\/`), `Authorization: Bearer ...`, `key=value` / `"key": "value"` with a
+  sensitive key name (also inside escaped JSON), private-key blocks, whole JWTs, and bare
+  40-character AWS secret keys, plus formats detect-secrets lacks (Hugging Face, Google API
+  keys, GitHub fine-grained PATs).
+
+The patterns favour false positives: a redacted non-secret costs a little context, a leaked
+secret costs a rotation and an incident. Short plain strings (`node-041`, `rank-3`) skip the
+scan: no pattern can match them; and the token formats run only on text that holds a
+random-looking run or a known token prefix, which keeps the hot path at a few microseconds.
 """
 
 from __future__ import annotations
 
+import importlib
 import itertools
+import pkgutil
 import re
 from typing import Any
 
 MASK = "[REDACTED]"
 
 _SENSITIVE_PARTS = {
-    "password", "passwd", "pwd", "secret", "token", "apikey", "credential", "credentials",
-    "authorization", "auth", "cookie", "passphrase",
+    "password", "passwd", "pwd", "pass", "pw", "passcode", "passphrase", "secret", "secrets",
+    "token", "apikey", "apitoken", "credential", "credentials", "authorization", "auth",
+    "cookie", "cookies", "jwt", "bearer", "sas", "privatekey", "signature",
 }
-_SENSITIVE_PAIRS = {("api", "key"), ("access", "key"), ("private", "key"), ("session", "id")}
+# a sensitive word followed by one of these names something about the secret, not the secret
+_NOT_THE_SECRET = {"count", "counts", "rate", "size", "len", "length", "limit", "budget", "num",
+                   "total", "per", "s", "type", "kind", "file", "path", "name", "ref", "env",
+                   "method", "mode", "required", "enabled", "provider", "url", "expiry",
+                   "expires", "ttl"}
+_SENSITIVE_PAIRS = {("api", "key"), ("access", "key"), ("private", "key"), ("session", "id"),
+                    ("secret", "key"), ("client", "secret"), ("access", "token"),
+                    ("refresh", "token"), ("connection", "string"), ("account", "key")}
 _KEY_SPLIT = re.compile(r"[_\-.\s]+|(?<=[a-z])(?=[A-Z])")
 
-# (pattern, replacement); order matters: private keys and URLs before key=value.
-_PATTERNS: list[tuple[re.Pattern[str], str]] = [
-    (
-        re.compile(
-            r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)",
-            re.S,
-        ),
-        MASK,
-    ),
-    # scheme://user:password@host -> keep the user, drop the password
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s/:@]*):[^\s/@]+@"), rf"\1:{MASK}@"),
-    (re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9\-._~+/]{8,}=*"), rf"\1 {MASK}"),
-    # key=value / key: value / "key": "value" with a sensitive key name
-    (
-        re.compile(
-            r"(?i)\b([\w.\-]*?(?:passw(?:or)?d|passwd|pwd|secret|token|api[_-]?key|apikey|"
-            r"access[_-]?key|private[_-]?key|credentials?|passphrase))"
-            r"(\"?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)"
-        ),
-        rf"\1\2{MASK}",
-    ),
-    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"), MASK),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), MASK),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}\b"), MASK),
-    (re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}\b"), MASK),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}\b"), MASK),
-    (re.compile(r"\bsk-(?:proj-|live-|test-)?[A-Za-z0-9_\-]{20,}\b"), MASK),
-    (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), MASK),
-    (re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"), MASK),
-    (re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\b"), MASK),
+_KEYWORD = (r"passw(?:or)?d|passwd|pwd|passphrase|passcode|secret|token|api[_-]?key|apikey|"
+            r"access[_-]?key|private[_-]?key|credentials?|client[_-]?secret|account[_-]?key|"
+            r"(?<![a-z])pass|auth")
+# what a line says around a secret; run when one of _CONTEXT_WORDS appears
+_CONTEXT: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----.*?"
+                r"(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\Z)", re.S), MASK),
+    # scheme://user:password@host (and JSON-escaped scheme:\/\/...) -> keep the user
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*:(?:\\?/){2}[^\s/:@\"']*):[^\s/@\"']+@"),
+     rf"\1:{MASK}@"),
+    (re.compile(r"(?i)\b(bearer|basic|token|digest|negotiate)(\s+|%20)"
+                r"[A-Za-z0-9\-._~+/]{8,}=*"), rf"\1\2{MASK}"),
+    # key=value, key: value, "key": "value", key\":\"value\" (escaped JSON): the keyword must
+    # end the key (`author:` and `tokens:` are left alone)
+    (re.compile(rf"(?i)((?:{_KEYWORD})(?:\\*[\"'])?\s*[=:]\s*)"
+                r"(\\*\"(?:[^\"\\]|\\[^\"])*\\*\"|'[^']*'|[^\s,;&\"'})\]]+)"),
+     rf"\1{MASK}"),
 ]
+_CONTEXT_WORDS = ("pass", "pwd", "secret", "token", "key", "cred", "auth", "cookie", "bearer",
+                  "basic", "digest", "negotiate", "-----begin", "://", ":\\/\\/")
+# token formats; run when the text holds a random-looking run (see _random_run)
+_TOKENS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"), MASK),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), MASK),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), MASK),
+    (re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"), MASK),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"), MASK),
+    (re.compile(r"\bsk-(?:proj-|live-|test-|ant-)?[A-Za-z0-9_\-]{20,}"), MASK),
+    (re.compile(r"\bhf_[A-Za-z0-9]{30,}"), MASK),
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"), MASK),
+    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ABIA|ACCA)[0-9A-Z]{16}\b"), MASK),
+    # a bare AWS secret access key: 40 base64 characters with upper, lower and digits (git
+    # hashes are lower-case hex, so they are left alone)
+    (re.compile(r"(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
+                r"(?=[A-Za-z0-9/+]{0,39}[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), MASK),
+]
+_OWN = _CONTEXT + _TOKENS
+_RUN = re.compile(r"[A-Za-z0-9_\-+/=.:]{16,}")
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{32,}")
+_DIGITS, _UPPER, _LOWER = set("0123456789"), set("ABCDEFGHIJKLMNOPQRSTUVWXYZ"), \
+    set("abcdefghijklmnopqrstuvwxyz")
+# literal prefixes of token formats, for tokens that happen to look tame (no digits)
+_TOKEN_HINTS = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "glptt-",
+                "xox", "sk-", "sk_", "rk_", "hf_", "aiza", "akia", "asia", "sg.", "npm_",
+                "pypi-", "eyj", "accountkey=", "akc", "dop_v1_", "shpat_", "lin_api_")
+
+
+def _random_run(text: str) -> bool:
+    """Whether `text` holds a run that could be a generated token: mixed-case letters and
+    digits, upper-case letters and digits (AWS key ids), or 32+ hex digits. Paths, host
+    names and UUIDs are not, so the token formats are not even tried on them."""
+    for match in _RUN.finditer(text):
+        run = match.group()
+        chars = set(run)
+        if chars.isdisjoint(_DIGITS):
+            continue
+        if not chars.isdisjoint(_UPPER) and (not chars.isdisjoint(_LOWER) or len(run) >= 20):
+            return True
+        if len(run) >= 32 and _HEX_RUN.search(run):
+            return True
+    return False
+
+
+def _detect_secrets_patterns() -> list[re.Pattern[str]]:
+    """Every regex-based plugin of detect-secrets, but the public-IP one (not a secret)."""
+    from detect_secrets import plugins
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    found: list[re.Pattern[str]] = []
+    for info in pkgutil.iter_modules(plugins.__path__):
+        module = importlib.import_module(f"detect_secrets.plugins.{info.name}")
+        for value in vars(module).values():
+            if (isinstance(value, type) and issubclass(value, RegexBasedDetector)
+                    and value is not RegexBasedDetector and value.__name__ != "IPPublicDetector"
+                    and value.__module__ == module.__name__):
+                patterns: Any = getattr(value, "denylist", ())
+                found.extend(p for p in patterns if isinstance(p, re.Pattern))
+    return found
+
+
+_KNOWN = _detect_secrets_patterns()
 
 
 def redact_text(text: str) -> str:
     """Mask every credential-looking substring of `text`."""
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
+    if len(text) < 15 and not ("=" in text or ":" in text or "@" in text or " " in text):
+        return text  # too short for a token format, no key=value, URL or header around one
+    lowered = text.lower()
+    if any(word in lowered for word in _CONTEXT_WORDS):
+        for pattern, replacement in _CONTEXT:
+            text = pattern.sub(replacement, text)
+    if any(hint in lowered for hint in _TOKEN_HINTS) or _random_run(text):
+        for pattern, replacement in _TOKENS:
+            text = pattern.sub(replacement, text)
+        for known in _KNOWN:
+            text = known.sub(_mask_match, text)
     return text
 
 
+def _mask_match(match: re.Match[str]) -> str:
+    whole = match.group(0)
+    # keep what a pattern matched around the token (a quote, a separator) readable
+    if match.re.groups and match.lastindex:
+        start, end = match.span(match.lastindex)
+        if start >= 0 and end - start >= 8:
+            offset = match.start()
+            return whole[:start - offset] + MASK + whole[end - offset:]
+    return MASK if MASK not in whole else whole
+
+
 def is_sensitive_key(key: str) -> bool:
-    """`db_password`, `apiKey`, `AWS_SECRET_ACCESS_KEY` yes; `tokens_per_s` no."""
+    """`db_password`, `DB_PASS`, `apiKey`, `AWS_SECRET_ACCESS_KEY` yes; `tokens_per_s`,
+    `token_count`, `password_file` no."""
     parts = [p.lower() for p in _KEY_SPLIT.split(key) if p]
+    if not parts or parts[-1] in _NOT_THE_SECRET:
+        return False
     if any(p in _SENSITIVE_PARTS for p in parts):
         return True
     return any(pair in _SENSITIVE_PAIRS for pair in itertools.pairwise(parts))
 
 
 def redact_value(value: Any, *, key: str = "") -> Any:
-    """Redact a JSON value: strings by pattern, whole values under sensitive keys."""
-    if key and is_sensitive_key(key) and value not in (None, "", [], {}):
+    """Redact a JSON value: strings by pattern, whole values under sensitive keys, and keys
+    that are themselves secrets."""
+    if key and is_sensitive_key(key) and value not in (None, "", [], {}) and \
+            not isinstance(value, bool):
         return MASK
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, dict):
-        return {k: redact_value(v, key=str(k)) for k, v in value.items()}
+        return {redact_key(str(k)): redact_value(v, key=str(k)) for k, v in value.items()}
     if isinstance(value, list):
         return [redact_value(v) for v in value]
     return value
+
+
+def redact_key(key: str) -> str:
+    """A key that is a secret itself (a token used as a map key) is masked, keeping it
+    distinct from the other keys by a short digest."""
+    cleaned = redact_text(key)
+    if cleaned == key:
+        return key
+    import hashlib
+
+    return f"{cleaned}#{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+def clip(text: str, limit: int) -> str:
+    """Redact, then cut to `limit` characters (never the other way round)."""
+    return redact_text(text)[:limit]

@@ -14,12 +14,11 @@ polling sacct again yields the same events.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
-from ingest.canonical import ParseError
+from ingest.canonical import ParseError, loads
 
 _TERMINAL = {
     "COMPLETED": ("job.completed", None),
@@ -149,7 +148,7 @@ def job_records(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]
 
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     try:
-        payload = json.loads(text)
+        payload = loads(text)
     except ValueError as exc:
         raise ParseError("", f"not JSON: {exc}") from None
     jobs = payload.get("jobs") if isinstance(payload, dict) else None

@@ -29,6 +29,7 @@ from typing import Any
 
 from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
 from ingest.canonical import ParseError
+from ingest.redact import clip
 from ingest.slurm import expand_hostlist, job_records
 from schemas.events import parse_time
 
@@ -123,8 +124,8 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         def node_event(type_: str, node: str, reason: str, severity: str,
                        b: dict[str, Any] = base, msg: str = body) -> dict[str, Any]:
             return {**b, "type": type_, "scope": "node", "entity": node, "node": node,
-                    "severity": severity, "message": msg[:500],
-                    "attributes": {**b["attributes"], "reason": reason[:200]}}
+                    "severity": severity, "message": clip(msg, 500),
+                    "attributes": {**b["attributes"], "reason": clip(reason, 200)}}
 
         if reason_match := _REASON.search(body):
             reasons[reason_match.group("node")] = reason_match.group("reason").strip()
@@ -155,7 +156,7 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             job, node = match.group("job"), match.group("node")
             draft: dict[str, Any] = {
                 **base, "type": "job.requeued", "project": ctx.project, "job_id": job,
-                "severity": "error", "message": body[:500],
+                "severity": "error", "message": clip(body, 500),
                 "attributes": {**base["attributes"], "reason": "NODE_FAIL",
                                "failed_nodes": [node]}}
             if ctx.attempt is not None:

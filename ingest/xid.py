@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
+from ingest.redact import clip
 
 # xid -> (class, recommended action, severity)
 CATALOG: dict[int, tuple[str, str, str]] = {
@@ -68,8 +69,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         out.append({
             "type": "node.xid", "time": time, "severity": severity, "scope": "gpu",
             "entity": f"{node}/pci-{pci}", "node": node,
-            "message": line[match.start():].strip()[:500],
-            "attributes": {"xid": xid, "pci": pci, "detail": (match.group("detail") or "")[:500],
+            "message": clip(line[match.start():].strip(), 500),
+            "attributes": {"xid": xid, "pci": pci, "detail": clip(match.group("detail") or "", 500),
                            "class": klass, "action": action, "time_source": source,
                            "raw": raw_evidence(line)},
         })

@@ -99,7 +99,7 @@ class Event(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = Field(default=SCHEMA_VERSION, strict=True)
     id: str = Field(min_length=1, max_length=128)
     type: str
     source: Source
@@ -109,7 +109,8 @@ class Event(BaseModel):
     project: str = Field(default="", max_length=128)
     cluster: str = Field(min_length=1, max_length=128)
     job_id: str | None = Field(default=None, max_length=256)
-    attempt: int | None = Field(default=None, ge=0, le=1_000_000)
+    # strict: `"2"` or `true` for an attempt is a producer bug to report, not to guess
+    attempt: int | None = Field(default=None, ge=0, le=1_000_000, strict=True)
     scope: Scope | None = None
     entity: str | None = Field(default=None, max_length=512)
     node: str | None = Field(default=None, max_length=256)

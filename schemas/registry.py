@@ -8,16 +8,32 @@ Each attribute model allows extra keys (kept, not dropped) but types the keys it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from schemas.events import Source
 
 
 class Attributes(BaseModel):
-    # a port or GPU given as a number (`"port": 12`) is the string "12": sources disagree
-    model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True)
+    # a port or GPU given as a number (`"port": 12`) is the string "12": sources disagree;
+    # NaN and Infinity are refused (they would be stored as null)
+    model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """`"step": true` is not step 1."""
+        if isinstance(value, bool) and info.field_name is not None:
+            field = cls.model_fields.get(info.field_name)
+            if field is not None and _numeric(field.annotation):
+                raise ValueError("must be a number, not true/false")
+        return value
+
+
+def _numeric(annotation: Any) -> bool:
+    options = get_args(annotation) or (annotation,)
+    return bool not in options and any(t in (int, float) for t in options)
 
 
 class NoAttributes(Attributes):

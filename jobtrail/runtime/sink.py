@@ -18,12 +18,14 @@ bring a loaded snapshot up to its committed offset.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ingest.canonical import decode_canonical
+from ingest.redact import redact_text
 from jobtrail.store import Store
 from jobtrail.telemetry import emit
 from processors.incidents.model import Command, IncidentEvent
@@ -48,6 +50,22 @@ class BatchResult:
         self.duplicates += other.duplicates
         self.timeline_rows += other.timeline_rows
         self.dead_letters.extend(other.dead_letters)
+
+
+def redact_command(command: Command) -> Command:
+    """The command with every string redacted (InvalidTransition for data we refuse)."""
+    from ingest.canonical import ParseError, clean
+    from processors.incidents.model import InvalidTransition
+
+    try:
+        data = clean(command.data, "data")
+    except ParseError as exc:
+        raise InvalidTransition(f"{exc.field}: {exc.reason}") from None
+    actor = command.actor.model_copy(update={"name": redact_text(command.actor.name)})
+    command_id = command.command_id
+    if redact_text(command_id) != command_id:
+        command_id = "redacted-" + hashlib.sha256(command_id.encode()).hexdigest()[:32]
+    return command.model_copy(update={"data": data, "actor": actor, "command_id": command_id})
 
 
 def conflict_letter(event: Event, first: Event, arrival: str, received_at: datetime,
@@ -91,8 +109,9 @@ class Sink:
     def command(self, command: Command,
                 publish: Callable[[list[IncidentEvent]], None] | None = None,
                 write: bool = True) -> list[IncidentEvent]:
-        """Apply a person's command (raises InvalidTransition) and store what it changed."""
-        outputs = self.pipeline.command(command)
+        """Apply a person's command (raises InvalidTransition) and store what it changed.
+        Its text (note, action title, who) is redacted first, whatever path it came by."""
+        outputs = self.pipeline.command(redact_command(command))
         if write:
             if publish is not None and outputs.incidents:
                 publish(outputs.incidents)
@@ -101,14 +120,16 @@ class Sink:
         return outputs.incidents
 
     def decode(self, records: Sequence[bytes | str], positions: Sequence[str] | None = None,
-               ) -> tuple[list[Event], list[DeadLetter], list[int]]:
+               *, trusted: bool = False) -> tuple[list[Event], list[DeadLetter], list[int]]:
         """Canonical records -> events and dead letters; the third list gives, for each
-        event, the index of the record it came from (to keep its arrival)."""
+        event, the index of the record it came from (to keep its arrival). Only the
+        embedded log, written by this process's ingest, is `trusted`."""
         events: list[Event] = []
         dead: list[DeadLetter] = []
         origin: list[int] = []
         for i, raw in enumerate(records):
-            out = decode_canonical(raw, position=positions[i] if positions else f"record {i}")
+            out = decode_canonical(raw, position=positions[i] if positions else f"record {i}",
+                                   trusted=trusted)
             if isinstance(out, Event):
                 events.append(out)
                 origin.append(i)
