@@ -150,10 +150,11 @@ def _ref(obj: Any, position: str) -> str:
 def _dead(stage: str, exc: ParseError | str, payload: str, *, producer: str, ref: str,
           received_at: datetime) -> DeadLetter:
     field, reason = (exc.field, exc.reason) if isinstance(exc, ParseError) else ("", exc)
-    # redact the whole payload, then cut it: a token cut first would no longer match
+    # redact the whole payload, then cut it: a token cut first would no longer match; the
+    # id hashes what arrived, so two inputs that redact alike stay two dead letters
     text = redact_text(payload)[:_MAX_RECORD_BYTES]
     return DeadLetter(
-        id=DeadLetter.make_id(stage, text, ref),
+        id=DeadLetter.make_id(stage, payload, ref),
         stage=stage,
         reason=redact_text(reason),
         field=redact_text(field),

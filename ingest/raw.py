@@ -17,6 +17,7 @@ from typing import Any
 
 from ingest.adapters import Adapter, Context, run
 from ingest.canonical import Decoded, ParseError, _dead, decode
+from ingest.redact import clip
 
 HEADER_PREFIX = "jobtrail-"
 
@@ -43,7 +44,7 @@ def decode_raw(value: bytes, key: str, headers: Mapping[str, str], observed_at: 
                       value.decode("utf-8", errors="replace"), producer=producer, ref=ref,
                       received_at=observed_at)]
     attempt = headers.get("jobtrail-attempt", "")
-    ctx = Context(producer=producer[:128], observed_at=observed_at,
+    ctx = Context(producer=clip(producer, 128), observed_at=observed_at,
                   cluster=headers.get("jobtrail-cluster") or "default",
                   project=headers.get("jobtrail-project", ""),
                   job_id=headers.get("jobtrail-job", ""),

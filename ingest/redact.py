@@ -62,29 +62,71 @@ _CONTEXT: list[tuple[re.Pattern[str], str]] = [
                 r"(\\*\"(?:[^\"\\]|\\[^\"])*\\*\"|'[^']*'|[^\s,;&\"'})\]]+)"),
      rf"\1{MASK}"),
 ]
+_DIGITS, _UPPER, _LOWER = set("0123456789"), set("ABCDEFGHIJKLMNOPQRSTUVWXYZ"), \
+    set("abcdefghijklmnopqrstuvwxyz")
 _CONTEXT_WORDS = ("pass", "pwd", "secret", "token", "key", "cred", "auth", "cookie", "bearer",
                   "basic", "digest", "negotiate", "-----begin", "://", ":\\/\\/")
 # token formats; run when the text holds a random-looking run (see _random_run)
+# no \b before the prefixes: a token glued to other text (`xghp_...`) is still a token
 _TOKENS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"), MASK),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}"), MASK),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), MASK),
-    (re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}"), MASK),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"), MASK),
-    (re.compile(r"\bsk-(?:proj-|live-|test-|ant-)?[A-Za-z0-9_\-]{20,}"), MASK),
-    (re.compile(r"\bhf_[A-Za-z0-9]{30,}"), MASK),
-    (re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"), MASK),
-    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ABIA|ACCA)[0-9A-Z]{16}\b"), MASK),
-    # a bare AWS secret access key: 40 base64 characters with upper, lower and digits (git
-    # hashes are lower-case hex, so they are left alone)
-    (re.compile(r"(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
-                r"(?=[A-Za-z0-9/+]{0,39}[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), MASK),
+    (re.compile(r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"), MASK),
+    (re.compile(r"github_pat_[A-Za-z0-9_]{22,}"), MASK),
+    (re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}"), MASK),
+    (re.compile(r"glpat-[A-Za-z0-9_\-]{20,}"), MASK),
+    (re.compile(r"xox[abposr]-[A-Za-z0-9\-]{10,}"), MASK),
+    (re.compile(r"sk-(?:proj-|live-|test-|ant-)?[A-Za-z0-9_\-]{20,}"), MASK),
+    (re.compile(r"hf_[A-Za-z0-9]{30,}"), MASK),
+    (re.compile(r"AIza[0-9A-Za-z_\-]{35}"), MASK),
+    (re.compile(r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ABIA|ACCA)[0-9A-Z]{16}(?![0-9A-Z])"), MASK),
 ]
+# a bare secret key (AWS secret access keys, Azure account keys): a 40+ character base64 run
+# (also with JSON-escaped `\/`) holding a 40-character window of upper, lower and digits
+# with no lower-case word in it; paths, identifiers and git hashes have words or one case
+_B64_RUN = re.compile(r"(?:[A-Za-z0-9+=]|\\?/){40,}")
+_WORD = re.compile(r"[a-z]{5,}")
+_CLUSTER = re.compile(r"[b-df-hj-np-tv-z]{4}")
+
+
+def _has_word(window: str) -> bool:
+    """A lower-case run that reads like a word: a vowel, and never four consonants in a
+    row (`scratch`, `checkpoint`, `outputs` yes; `dwafyqnid`, `xvtli` no)."""
+    for match in _WORD.finditer(window):
+        run = match.group()
+        if any(c in "aeiou" for c in run) and not _CLUSTER.search(run):
+            return True
+    return False
+
+
+def _class(c: str) -> int:
+    return 0 if c.islower() else 1 if c.isupper() else 2 if c.isdigit() else 3
+
+
+def _looks_random(run: str, strict: bool = False) -> bool:
+    """A random key switches character class at ~65 % of positions and rarely holds a
+    5-letter lower-case run; a path or an identifier has words and switches at ~35 %.
+    `strict` (map keys) takes any window of upper, lower and digits."""
+    for i in range(0, len(run) - 39, 4):
+        window = run[i:i + 40]
+        chars = set(window)
+        if chars.isdisjoint(_DIGITS) or chars.isdisjoint(_UPPER) or chars.isdisjoint(_LOWER):
+            continue
+        if strict:
+            return True
+        classes = [_class(c) for c in window]
+        switches = sum(a != b for a, b in itertools.pairwise(classes))
+        if not _has_word(window) or switches >= 19:
+            return True
+    return False
+
+
+def _mask_bare_keys(text: str, strict: bool = False) -> str:
+    return _B64_RUN.sub(lambda m: MASK if _looks_random(m.group().replace("\\/", "/"), strict)
+                        else m.group(), text)
+
+
 _OWN = _CONTEXT + _TOKENS
 _RUN = re.compile(r"[A-Za-z0-9_\-+/=.:]{16,}")
 _HEX_RUN = re.compile(r"[0-9a-fA-F]{32,}")
-_DIGITS, _UPPER, _LOWER = set("0123456789"), set("ABCDEFGHIJKLMNOPQRSTUVWXYZ"), \
-    set("abcdefghijklmnopqrstuvwxyz")
 # literal prefixes of token formats, for tokens that happen to look tame (no digits)
 _TOKEN_HINTS = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "glptt-",
                 "xox", "sk-", "sk_", "rk_", "hf_", "aiza", "akia", "asia", "sg.", "npm_",
@@ -127,17 +169,20 @@ def _detect_secrets_patterns() -> list[re.Pattern[str]]:
 _KNOWN = _detect_secrets_patterns()
 
 
-def redact_text(text: str) -> str:
-    """Mask every credential-looking substring of `text`."""
+def redact_text(text: str, *, strict: bool = False) -> str:
+    """Mask every credential-looking substring of `text` (`strict`: for map keys, where a
+    random-looking 40-character run is never a path)."""
     if len(text) < 15 and not ("=" in text or ":" in text or "@" in text or " " in text):
         return text  # too short for a token format, no key=value, URL or header around one
     lowered = text.lower()
     if any(word in lowered for word in _CONTEXT_WORDS):
         for pattern, replacement in _CONTEXT:
             text = pattern.sub(replacement, text)
-    if any(hint in lowered for hint in _TOKEN_HINTS) or _random_run(text):
+    if any(hint in lowered for hint in _TOKEN_HINTS) or _random_run(
+            text.replace("\\/", "/") if "\\/" in text else text):
         for pattern, replacement in _TOKENS:
             text = pattern.sub(replacement, text)
+        text = _mask_bare_keys(text, strict)
         for known in _KNOWN:
             text = known.sub(_mask_match, text)
     return text
@@ -183,7 +228,7 @@ def redact_value(value: Any, *, key: str = "") -> Any:
 def redact_key(key: str) -> str:
     """A key that is a secret itself (a token used as a map key) is masked, keeping it
     distinct from the other keys by a short digest."""
-    cleaned = redact_text(key)
+    cleaned = redact_text(key, strict=True)
     if cleaned == key:
         return key
     import hashlib

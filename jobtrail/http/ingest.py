@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from ingest.canonical import decode
+from ingest.redact import clip
 from jobtrail import telemetry
 from jobtrail.auth import Principal
 from jobtrail.http.common import ADAPTERS, BACKEND, fail, principal, reply
@@ -44,7 +45,7 @@ def _answer(decoded: list[Event | DeadLetter], *, all_bad_is_422: bool) -> web.R
 async def ingest_events(request: web.Request) -> web.Response:
     who = principal(request)
     body = await request.read()
-    producer = request.headers.get("X-Jobtrail-Producer", "http")[:128]
+    producer = clip(request.headers.get("X-Jobtrail-Producer", "http"), 128)
     backend = request.app[BACKEND]
     decoded: list[Any] = await backend.parse(decode, body, producer=producer,
                                              observed_at=datetime.now(UTC), origin="body")
@@ -70,7 +71,7 @@ async def ingest_source(request: web.Request) -> web.Response:
     if attempt and not (attempt.isdigit() and len(attempt) <= 9):
         fail(web.HTTPBadRequest, "X-Jobtrail-Attempt must be a non-negative integer")
     project = h.get("X-Jobtrail-Project", "")
-    ctx = Context(producer=h.get("X-Jobtrail-Producer", adapter.name)[:128],
+    ctx = Context(producer=clip(h.get("X-Jobtrail-Producer", adapter.name), 128),
                   observed_at=datetime.now(UTC), cluster=h.get("X-Jobtrail-Cluster", "default"),
                   project=project, job_id=h.get("X-Jobtrail-Job", ""),
                   attempt=int(attempt) if attempt else None,

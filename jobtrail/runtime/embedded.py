@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from ingest.redact import clip
 from jobtrail.runtime.log import EmbeddedLog, Kind, Record
-from jobtrail.runtime.sink import BatchResult, Sink
+from jobtrail.runtime.sink import BatchResult, Sink, redact_command
 from jobtrail.runtime.snapshot import SnapshotFile, adopt
 from processors.incidents.model import Command, IncidentEvent, InvalidTransition
 from schemas.dead_letters import DeadLetter
@@ -128,8 +129,10 @@ class EmbeddedRunner:
     # --- input ----------------------------------------------------------------------------
 
     def submit(self, records: Sequence[Event | DeadLetter | Command]) -> int:
-        """Append durably (fsync by the log's policy); returns how many were appended."""
-        return len(self.log.append([encode(r) for r in records]))
+        """Append durably (fsync by the log's policy); returns how many were appended.
+        Commands are redacted first: the log is kept on disk like any other store."""
+        return len(self.log.append([encode(redact_command(r) if isinstance(r, Command) else r)
+                                    for r in records]))
 
     def command(self, command: Command) -> CommandOutcome:
         """Through the log like everything else, then applied in order by a drain. Raises
@@ -220,7 +223,7 @@ class EmbeddedRunner:
             return
         letter = DeadLetter(
             id=DeadLetter.make_id("incident.command", payload, arrival(record.seq)),
-            stage="incident.command", reason=reason[:500], payload=payload,
+            stage="incident.command", reason=clip(reason, 500), payload=clip(payload, 100_000),
             event_ref=arrival(record.seq),
             received_at=command.time if command else _epoch())
         self.sink.store.write_dead_letters([letter])

@@ -32,6 +32,7 @@ import faust
 
 from ingest.adapters import registry
 from ingest.raw import decode_raw, text_headers
+from ingest.redact import clip
 from jobtrail.app import build_sink, open_store
 from jobtrail.config import Settings
 from jobtrail.kafka_io import batch_by_cluster
@@ -180,7 +181,7 @@ def create_app(settings: Settings) -> faust.App:
                     command = Command.model_validate_json(raw)
                     await run(sink().command, command, publish)
                 except ValueError as exc:  # InvalidTransition is a ValueError too
-                    reason = str(exc)[:500]
+                    reason = clip(str(exc), 500)
                 except StoreUnavailable as exc:
                     fatal(exc)
                 if reason:
@@ -188,7 +189,7 @@ def create_app(settings: Settings) -> faust.App:
                         id=DeadLetter.make_id("incident.command", raw.decode("utf-8", "replace"),
                                               where),
                         stage="incident.command", reason=reason,
-                        payload=raw.decode("utf-8", "replace")[:10000], event_ref=where,
+                        payload=clip(raw.decode("utf-8", "replace"), 10000), event_ref=where,
                         received_at=_ts(e.message.timestamp or 0.0))
                     await (await dlq_topic.send(key=b"commands",
                                                 value=letter.model_dump_json().encode()))
@@ -235,9 +236,9 @@ def create_app(settings: Settings) -> faust.App:
                 except ValueError as exc:
                     # a foreign record on our DLQ topic is itself kept, not dropped
                     letters.append(DeadLetter(
-                        id=DeadLetter.make_id("dlq.decode", repr(e.value)[:10000], ""),
-                        stage="dlq.decode", reason=f"not a dead letter: {exc}"[:500],
-                        payload=repr(e.value)[:10000], event_ref=f"dlq@{e.message.offset}",
+                        id=DeadLetter.make_id("dlq.decode", clip(repr(e.value), 10000), ""),
+                        stage="dlq.decode", reason=clip(f"not a dead letter: {exc}", 500),
+                        payload=clip(repr(e.value), 10000), event_ref=f"dlq@{e.message.offset}",
                         received_at=_ts(e.message.timestamp or 0.0)))
             try:
                 await run(sink().store.write_dead_letters, letters, _token(list(batch)))

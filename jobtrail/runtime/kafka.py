@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from jobtrail.config import Settings
 from jobtrail.kafka_io import KafkaPublisher
-from jobtrail.runtime.sink import BatchResult
+from jobtrail.runtime.sink import BatchResult, redact_command
 from jobtrail.store import Store
 from processors.incidents.model import Command, IncidentEvent
 from processors.topology import Topology
@@ -63,7 +63,7 @@ class KafkaRuntime:
 
     def command(self, command: Command) -> list[IncidentEvent] | None:
         """Queued on jobtrail.incident-commands; the worker applies or dead-letters it."""
-        self._run(self.publisher.publish_command(command))
+        self._run(self.publisher.publish_command(redact_command(command)))
         return None
 
     def drain(self) -> BatchResult:
