@@ -107,3 +107,52 @@ def stats(home: Path) -> dict[str, Any]:
     out = subprocess.run([*JOBTRAIL, "--home", str(home), "stats"], capture_output=True,
                          text=True, timeout=120, check=True)
     return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def consume_all(bootstrap: str, topics: list[str]) -> dict[str, list[tuple[int, int, bytes]]]:
+    """Every message on `topics` now, as (partition, offset, value) per topic."""
+
+    async def run() -> dict[str, list[tuple[int, int, bytes]]]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            parts = [TopicPartition(t, p) for t in topics
+                     for p in (consumer.partitions_for_topic(t) or {0})]
+            consumer.assign(parts)
+            await consumer.seek_to_beginning(*parts)
+            ends = await consumer.end_offsets(parts)
+            out: dict[str, list[tuple[int, int, bytes]]] = {t: [] for t in topics}
+            deadline = time.monotonic() + 60
+            while True:
+                positions = [await consumer.position(tp) for tp in parts]
+                if all(p >= ends[tp] for p, tp in zip(positions, parts, strict=True)):
+                    break
+                assert time.monotonic() < deadline, "could not read the topics to their end"
+                batch = await consumer.getmany(timeout_ms=500)
+                for tp, messages in batch.items():
+                    out[tp.topic].extend((m.partition, m.offset, m.value or b"")
+                                         for m in messages)
+            return out
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+_DUMP = """
+import json, sys
+import clickhouse_connect
+client = clickhouse_connect.get_client(dsn=sys.argv[1])
+names = [r[0] for r in client.query(
+    "SELECT name FROM system.tables WHERE database = 'jobtrail'").result_rows]
+for name in names:
+    rows = client.query(f"SELECT * FROM jobtrail.{name}").result_rows
+    print(json.dumps([name, rows], default=str))
+"""
+
+
+def dump_tables(home: Path) -> str:
+    """Every row of every table in a home's embedded engine (another process's chDB)."""
+    out = subprocess.run([sys.executable, "-c", _DUMP, f"chdb://{(home / 'chdb').resolve()}"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    return out.stdout
