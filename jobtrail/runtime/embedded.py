@@ -111,12 +111,20 @@ class EmbeddedRunner:
 
     def _open(self) -> None:
         assert self.snapshots is not None
+        if self.log.created and self.sink.store.count("event_ids", final=False):
+            self.log.mark_partial()  # a new log in front of a store with history
         loaded = self.snapshots.load()
         committed = self.log.committed
         if loaded is not None and loaded.positions.get(STREAM, 0) <= committed:
             report = adopt(self.sink, loaded)
             self.applied = self._snapshot_at = loaded.positions.get(STREAM, 0)
             self.restored = f"{report}; {committed - self.applied} stored records to replay"
+        elif self.log.complete:
+            # no usable snapshot, but the log holds everything from the start: replaying it
+            # (stored records with write=False) rebuilds the state exactly
+            problem = self.snapshots.problem if loaded is None else "snapshot ahead of the log"
+            self.applied = self._snapshot_at = 0
+            self.restored = f"{problem}: replaying the whole log ({committed} stored records)"
         else:
             problem = self.snapshots.problem if loaded is None else \
                 "the snapshot is ahead of the committed offset (log replaced?)"

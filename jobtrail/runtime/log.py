@@ -98,8 +98,16 @@ class EmbeddedLog:
         self.fsync = fsync
         self.segment_bytes = segment_bytes
         self._committed_path = directory / "committed.seq"
+        self._origin_path = directory / "origin"
         self.repaired = ""
         """What opening the log had to do (a torn tail cut), for the operator."""
+        self.created = False
+        """True when this open created the log (its `origin` says whether it is complete)."""
+        if not self._origin_path.exists():
+            fresh = not any(directory.glob("*.seg")) and not self._committed_path.exists() \
+                and not (directory / "log.jsonl").exists()
+            self._origin_path.write_text("complete" if fresh else "partial")
+            self.created = fresh
         self._migrate_jsonl()
         self._segments = self._list()
         self._next = self._open_tail()
@@ -167,6 +175,19 @@ class EmbeddedLog:
         return path
 
     # --- reading --------------------------------------------------------------------------
+
+    def mark_partial(self) -> None:
+        """The store already held history when this log was created: replaying the log
+        alone cannot rebuild it."""
+        self._origin_path.write_text("partial")
+
+    @property
+    def complete(self) -> bool:
+        """Whether the log still holds every record since it was created (seq 1 on): then
+        replaying it rebuilds the processors exactly, with no snapshot at all."""
+        if self._origin_path.read_text().strip() != "complete":
+            return False
+        return not self._segments or self._segments[0][0] == 1
 
     @property
     def end(self) -> int:

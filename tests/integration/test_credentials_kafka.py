@@ -105,8 +105,8 @@ def test_no_planted_credential_survives_the_cluster_runtime(kafka_broker: str,
                     key=incident.encode())
         produce_raw(kafka_broker, topics["events"], raw_events, key=b"cluster-a")
         produce_raw(kafka_broker, topics["dlq"], foreign, key=b"x")
-        wait_caught_up(kafka_broker, app_id, list(topics.values())[:2] +
-                       [topics["incident-commands"]], worker)
+        wait_caught_up(kafka_broker, app_id,
+                       [topics["events"], topics["dlq"], topics["incident-commands"]], worker)
     finally:
         worker.stop()
     ours = {topics["incident-commands"]}  # only what the test itself produced
