@@ -369,3 +369,17 @@ def test_readiness_says_what_it_checked_and_liveness_stays_responsive(tmp_path: 
         busy = cli(home, "stats", check=False)
         assert busy.returncode != 0
         assert f"in use by pid {server.proc.pid}" in busy.stderr, busy.stderr
+
+
+def test_a_server_whose_broker_is_down_starts_says_so_and_accepts_nothing(tmp_path: Path,
+                                                                        ) -> None:
+    from tests.trust_kit import free_port
+
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    with serve(tmp_path / "home", {"JOBTRAIL_KAFKA": dead}, ready=False) as server:
+        assert http("GET", f"{server.url}/livez").status == 200
+        ready = http("GET", f"{server.url}/readyz", timeout=120)
+        assert ready.status == 503 and ready.body["checks"]["broker"].startswith("unavailable")
+        refused = http("POST", f"{server.url}/v1/events",
+                       jsonl([_job("job.step", "09:00:00", "j1", attributes={"step": 1})]))
+        assert refused.status == 503 and "retry" in refused.body["error"]

@@ -116,9 +116,10 @@ class Server:
 
 
 @contextmanager
-def serve(home: Path, env: dict[str, str] | None = None,
-          timeout_s: float = 120) -> Iterator[Server]:
-    """`jobtrail serve` on a free loopback port, up when `/healthz` answers."""
+def serve(home: Path, env: dict[str, str] | None = None, timeout_s: float = 120,
+          ready: bool = True) -> Iterator[Server]:
+    """`jobtrail serve` on a free loopback port, up when `/healthz` answers 200 (or, with
+    `ready=False`, when `/livez` does)."""
     port = free_port()
     log = home.parent / f"serve-{port}.log"
     home.mkdir(parents=True, exist_ok=True)
@@ -134,7 +135,8 @@ def serve(home: Path, env: dict[str, str] | None = None,
                 raise AssertionError(f"serve exited {proc.returncode}: "
                                      f"{log.read_text()[-3000:]}")
             try:
-                if http("GET", f"{server.url}/healthz", timeout=5).status == 200:
+                probe = "/healthz" if ready else "/livez"
+                if http("GET", f"{server.url}{probe}", timeout=5).status == 200:
                     break
             except OSError:
                 pass

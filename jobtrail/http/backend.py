@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from aiohttp import web
 
 from jobtrail.runtime import Runtime
 
@@ -46,11 +49,29 @@ class RuntimeBackend:
         return await loop.run_in_executor(self.parser, lambda: fn(*args, **kwargs))
 
     async def submit(self, records: list[Any]) -> None:
-        await self.call(self.runtime.submit, records)
+        """Durable, or 503: the log could not be written or the broker did not acknowledge,
+        so nothing is claimed accepted (the client retries; ids make that safe)."""
+        try:
+            await self.call(self.runtime.submit, records)
+        except Exception as exc:
+            log.warning("submit failed: %s: %s", type(exc).__name__, exc)
+            raise web.HTTPServiceUnavailable(
+                text=json.dumps({"error": f"not accepted, retry: {type(exc).__name__}: {exc}"}),
+                content_type="application/json", headers={"Retry-After": "5"}) from None
         self._wake.set()
 
     async def command(self, command: Any) -> Any:
-        return await self.call(self.runtime.command, command)
+        from processors.incidents.model import InvalidTransition
+
+        try:
+            return await self.call(self.runtime.command, command)
+        except InvalidTransition:
+            raise
+        except Exception as exc:
+            log.warning("command failed: %s: %s", type(exc).__name__, exc)
+            raise web.HTTPServiceUnavailable(
+                text=json.dumps({"error": f"not applied, retry: {type(exc).__name__}: {exc}"}),
+                content_type="application/json", headers={"Retry-After": "5"}) from None
 
     def topology(self) -> Any:
         return self.runtime.topology()

@@ -29,20 +29,31 @@ class KafkaRuntime:
     mode = "cluster"
 
     def __init__(self, settings: Settings) -> None:
-        from jobtrail.kafka_io import ensure_topics
-
         self.settings = settings
         self._store: Store | None = None
+        self._publisher: KafkaPublisher | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="kafka-producer",
                                         daemon=True)
         self._thread.start()
-        self._run(ensure_topics(settings))
-        self.publisher = self._run(self._start_publisher())
+
+    def publisher(self) -> KafkaPublisher:
+        """Connected on first use and again after a failure: a server started while the
+        broker is down comes up (not ready) and recovers when it returns."""
+        if self._publisher is None:
+            from jobtrail.kafka_io import ensure_topics
+
+            self._run(ensure_topics(self.settings), timeout=60)
+            self._publisher = self._run(self._start_publisher(), timeout=60)
+        return self._publisher
 
     async def _start_publisher(self) -> KafkaPublisher:
         publisher = KafkaPublisher(self.settings)  # aiokafka wants its loop running
-        await publisher.start()
+        try:
+            await publisher.start()
+        except BaseException:
+            await publisher.stop()
+            raise
         return publisher
 
     @property
@@ -58,12 +69,12 @@ class KafkaRuntime:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def submit(self, records: Sequence[Event | DeadLetter]) -> int:
-        self._run(self.publisher.publish(records))
+        self._run(self.publisher().publish(records))
         return len(records)
 
     def command(self, command: Command) -> list[IncidentEvent] | None:
         """Queued on jobtrail.incident-commands; the worker applies or dead-letters it."""
-        self._run(self.publisher.publish_command(redact_command(command)))
+        self._run(self.publisher().publish_command(redact_command(command)))
         return None
 
     def drain(self) -> BatchResult:
@@ -83,7 +94,7 @@ class KafkaRuntime:
         except Exception as exc:
             checks["store"] = f"unavailable: {type(exc).__name__}: {exc}"
         try:
-            self._run(self.publisher.ping(), timeout=10)
+            self._run(self.publisher().ping(), timeout=10)
             checks["broker"] = "ok"
         except Exception as exc:
             checks["broker"] = f"unavailable: {type(exc).__name__}: {exc}"
@@ -91,7 +102,8 @@ class KafkaRuntime:
 
     def close(self) -> None:
         try:
-            self._run(self.publisher.stop(), timeout=30)
+            if self._publisher is not None:
+                self._run(self._publisher.stop(), timeout=30)
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)

@@ -50,6 +50,9 @@ def test_worker_stores_exactly_once_and_dead_letters_bad_input(kafka_broker: str
     finally:
         assert worker.stop() == 0 or True
     counts = stats(tmp_path / "home")
+    # the worker keeps its state under its home, never in the directory it was started in
+    assert not (Path.cwd() / f"{app_id}-data").exists()
+    assert (tmp_path / "home" / "worker" / app_id / "pipeline.snap").exists()
     assert counts["duplicate_event_ids"] == 0
     assert counts["raw"]["events"] == counts["final"]["events"] == n
     assert counts["final"]["job_timeline"] == n
