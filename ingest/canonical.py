@@ -60,6 +60,8 @@ def clean(value: Any, where: str, depth: int = 0) -> Any:
     """A redacted copy of a JSON value, or ParseError(field, reason) for what is refused:
     nesting deeper than MAX_DEPTH, NUL characters, non-finite numbers. Keys are redacted
     like values (a token used as a map key), values under sensitive keys masked whole."""
+    if value is None or isinstance(value, bool | int):
+        return value
     if isinstance(value, str):
         return _text(value, where)
     if isinstance(value, float) and not math.isfinite(value):

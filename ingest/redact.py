@@ -21,6 +21,7 @@ random-looking run or a known token prefix, which keeps the hot path at a few mi
 
 from __future__ import annotations
 
+import functools
 import importlib
 import itertools
 import pkgutil
@@ -199,6 +200,7 @@ def _mask_match(match: re.Match[str]) -> str:
     return MASK if MASK not in whole else whole
 
 
+@functools.lru_cache(maxsize=4096)
 def is_sensitive_key(key: str) -> bool:
     """`db_password`, `DB_PASS`, `apiKey`, `AWS_SECRET_ACCESS_KEY` yes; `tokens_per_s`,
     `token_count`, `password_file` no."""

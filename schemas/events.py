@@ -64,7 +64,20 @@ def parse_time(value: Any) -> datetime:
     docs/events.md. The result is truncated to milliseconds, the resolution we store.
     """
     if isinstance(value, datetime):
+        if value.tzinfo is UTC and value.microsecond % 1000 == 0 and 1970 <= value.year <= 2200:
+            return value  # already what we store (the hot path: re-validated events)
         dt = value
+    elif isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value)  # 3.11 reads `Z` and most ISO forms itself
+        except ValueError:
+            text = value.strip()
+            if text.endswith(("Z", "z")):
+                text = text[:-1] + "+00:00"
+            try:
+                dt = datetime.fromisoformat(text)
+            except ValueError as exc:
+                raise ValueError(f"time {value!r} is not ISO-8601") from exc
     elif isinstance(value, bool):
         raise ValueError("time must be an ISO-8601 string or epoch number, not a boolean")
     elif isinstance(value, int | float):
@@ -75,23 +88,18 @@ def parse_time(value: Any) -> datetime:
             dt = datetime.fromtimestamp(seconds, tz=UTC)
         except (OverflowError, OSError, ValueError) as exc:
             raise ValueError(f"time {value!r} is out of range") from exc
-    elif isinstance(value, str):
-        text = value.strip()
-        if text.endswith("Z") or text.endswith("z"):
-            text = text[:-1] + "+00:00"
-        try:
-            dt = datetime.fromisoformat(text)
-        except ValueError as exc:
-            raise ValueError(f"time {value!r} is not ISO-8601") from exc
     else:
         kind = type(value).__name__
         raise ValueError(f"time must be an ISO-8601 string or epoch number, not {kind}")
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    dt = dt.astimezone(UTC)
+    elif dt.tzinfo is not UTC:
+        dt = dt.astimezone(UTC)
     if not 1970 <= dt.year <= 2200:
         raise ValueError(f"time {value!r} is outside 1970..2200")
-    return dt.replace(microsecond=(dt.microsecond // 1000) * 1000)
+    if dt.microsecond % 1000:
+        dt = dt.replace(microsecond=(dt.microsecond // 1000) * 1000)
+    return dt
 
 
 class Event(BaseModel):
