@@ -165,7 +165,7 @@ class Pipeline:
             out.incidents.extend(self.detector.observe(event, rows))
         self._expire()
         incident_ids = dict.fromkeys(e.incident_id for e in out.incidents)
-        out.incident_states = [self.detector.book[i] for i in incident_ids]
+        out.incident_states = [self.detector.incidents[i] for i in incident_ids]
         return out
 
     def _rows(self, event: Event) -> list[TimelineRow]:
@@ -197,5 +197,5 @@ class Pipeline:
         """A person's incident command, through the same book the detector decides with."""
         events = self.detector.command(command)
         return Outputs(incidents=events,
-                       incident_states=[self.detector.book[command.incident_id]] if events
+                       incident_states=[self.detector.incidents[command.incident_id]] if events
                        else [])

@@ -95,9 +95,7 @@ class Sink:
         attempts = self.store.load_attempts()
         recent = self.store.recent_infra_events(self.pipeline.lateness.total_seconds())
         self.pipeline.restore(attempts, recent)
-        rules = self.pipeline.detector.rules
-        memory = 2 * max(rules.cause_window_s, rules.group_window_s, rules.restart_deadline_s,
-                         rules.progress.hang_after_s, rules.progress.fail_slow.for_s)
+        memory = self.pipeline.detector.rules.memory_s
         log_events = self.store.load_incident_log()
         failed = self.pipeline.restore_incidents(log_events, self.store.recent_events(memory))
         report = (f"rebuilt from the store: {len(attempts)} attempts, {len(log_events)} "

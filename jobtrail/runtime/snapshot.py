@@ -49,19 +49,20 @@ def _shape(obj: Any) -> list[str]:
 def fingerprint() -> str:
     """A digest of the shapes of every class the state is made of."""
     from processors import attempts, pipeline, timeline, topology
-    from processors.incidents import detector, model
+    from processors.incidents import book, model
     from schemas.events import Event
 
     fresh = pipeline.Pipeline()
     parts = [f"v{STATE_VERSION}"]
     for name, shape in [
         ("Pipeline", _shape(fresh)), ("Detector", _shape(fresh.detector)),
+        ("Book", _shape(book.Book)),
         ("Membership", _shape(fresh.membership)), ("Topology", _shape(fresh.topology)),
         ("Attempt", _shape(attempts.Attempt)), ("JobRecord", _shape(attempts.JobRecord)),
         ("Span", _shape(timeline.Span)), ("Link", _shape(topology.Link)),
         ("Incident", _shape(model.Incident)), ("JobImpact", _shape(model.JobImpact)),
         ("Evidence", _shape(model.Evidence)), ("Action", _shape(model.Action)),
-        ("Signal", _shape(detector.Signal)), ("Progress", _shape(detector.Progress)),
+        ("Signal", _shape(book.Signal)), ("Progress", _shape(book.Progress)),
         ("Event", _shape(Event)),
     ]:
         parts.append(f"{name}:{','.join(shape)}")

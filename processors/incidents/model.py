@@ -1,10 +1,11 @@
 """The incident aggregate: state is a fold over its events (DESIGN §6).
 
-Every change is an `IncidentEvent` with a deterministic id, a per-incident `seq`, the event
-time of what caused it and an `actor` (a person, a team, or the processor and rule). `apply`
-folds one event into the state and never fails; `decide` turns a request (from a person or
-from the detector) into events, rejecting invalid transitions with `InvalidTransition`
-naming the current state. Replaying the log through `apply` reproduces the state exactly,
+Every change is an `IncidentEvent` (an envelope around a typed payload from
+`schemas.incident_events`) with a deterministic id, a per-incident `seq`, the event time of
+what caused it and an `actor` (a person, a team, or the processor and rule). `apply` folds one
+event into the state, one case per payload class, and never fails on stored history; `check`
+refuses an invalid request with `InvalidTransition` naming the current state, from the
+transition table `_FROM`. Replaying the log through `apply` reproduces the state exactly,
 which is what `jobtrail replay` does.
 
 Lifecycle: open -> acknowledged -> mitigated -> resolved -> closed, `reopened` on a regression
@@ -14,31 +15,21 @@ Lifecycle: open -> acknowledged -> mitigated -> resolved -> closed, `reopened` o
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import singledispatch
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-KINDS = (
-    "opened", "signal_added", "evidence_attached", "job_impacted", "cause_updated",
-    "severity_changed", "owner_assigned", "acknowledged", "commander_assigned", "note_added",
-    "mitigated", "recovery_observed", "recovery_verified", "impact_assessed", "resolved",
-    "reopened", "postmortem_drafted", "postmortem_published", "action_added", "action_updated",
-    "closed",
-)
-Kind = Literal[
-    "opened", "signal_added", "evidence_attached", "job_impacted", "cause_updated",
-    "severity_changed", "owner_assigned", "acknowledged", "commander_assigned", "note_added",
-    "mitigated", "recovery_observed", "recovery_verified", "impact_assessed", "resolved",
-    "reopened", "postmortem_drafted", "postmortem_published", "action_added", "action_updated",
-    "closed",
-]
+from schemas import incident_events as ev
+from schemas.incident_events import PAYLOADS, Payload, parse
+
+KINDS = tuple(PAYLOADS)
 STATUSES = ("open", "acknowledged", "mitigated", "resolved", "closed")
 SEVERITIES = ("sev1", "sev2", "sev3", "sev4")
 
-# which statuses each lifecycle event may leave from
+# lifecycle events: the statuses each may leave from, and where it goes
 _FROM: dict[str, tuple[str, ...]] = {
     "acknowledged": ("open",),
     "mitigated": ("open", "acknowledged"),
@@ -48,6 +39,10 @@ _FROM: dict[str, tuple[str, ...]] = {
 }
 _TO = {"acknowledged": "acknowledged", "mitigated": "mitigated", "resolved": "resolved",
        "reopened": "open", "closed": "closed"}
+_AFTER_CLOSE = {"note_added", "action_updated", "postmortem_published", "action_added",
+                "action_proposed"}
+ACTION_STATUSES = ("proposed", "open", "done", "not_doing", "dismissed")
+_ACTION_DONE = {"done", "not_doing", "dismissed"}
 
 
 class InvalidTransition(ValueError):
@@ -66,16 +61,25 @@ class Actor(BaseModel):
 
 
 class IncidentEvent(BaseModel):
+    """The envelope: what is stored in `incident_log` and on `jobtrail.incident-events`."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     id: str
     incident_id: str
     seq: int = Field(ge=1)
-    kind: Kind
+    kind: str
     time: datetime
     actor: Actor
     data: dict[str, Any] = Field(default_factory=dict)
     command_id: str = ""
+    _payload: Payload | None = PrivateAttr(default=None)
+
+    def payload(self) -> Payload:
+        """The typed payload (parsed and upcast once, then kept)."""
+        if self._payload is None:
+            self._payload = parse(self.kind, self.data)
+        return self._payload
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -101,6 +105,7 @@ class JobImpact:
     failure_step: int | None = None
     last_checkpoint_step: int | None = None
     last_checkpoint_at: datetime | None = None
+    degraded_since: datetime | None = None
     restarted_attempt: int | None = None
     restarted_at: datetime | None = None
     restored_step: int | None = None
@@ -108,9 +113,14 @@ class JobImpact:
     verified_at: datetime | None = None
     lost_gpu_hours: float = 0.0
     lost_steps: int = 0
+    rework_s: float = 0.0
+    downtime_s: float = 0.0
+    restore_s: float = 0.0
+    recompute_s: float = 0.0
+    degraded_s: float = 0.0
     duplicate_run: bool = False
-    role: str = "failed"  # failed (the attempt died), degraded (e.g. a failed checkpoint),
-    # linked (a standing incident's reference)
+    role: str = "failed"  # failed (the attempt died), degraded (a failed checkpoint, a
+    # slow-down), linked (a standing incident's reference)
 
     @property
     def key(self) -> str:
@@ -137,7 +147,7 @@ class Evidence:
     source: str
     entity: str
     why: str
-    role: str  # cause, symptom, signal, recovery, impact
+    role: str  # cause, symptom, signal, recovery, consequence, straggler
     project: str = ""
     job_id: str = ""
     attempt: int | None = None
@@ -152,6 +162,13 @@ class Action:
     due: str = ""
     projects: tuple[str, ...] = ()
     """The projects of whoever added it (shown to those projects); () for operators."""
+    kind: str = ""
+    priority: str = ""
+    tracker: str = ""
+    reason: str = ""
+    why: str = ""
+    rule: str = ""
+    """Set for a proposal: the remediation rule that proposed it."""
 
 
 @dataclass
@@ -172,6 +189,7 @@ class Incident:
     cause_entity: str = ""
     cause_event: str = ""
     cause_source: str = ""  # signal (the entity's own), infrastructure (linked to a job), job
+    cause_rank: int | None = None
     confidence: float = 0.0
     explanation: str = ""
     severity: str = "sev4"
@@ -196,7 +214,7 @@ class Incident:
     linked: tuple[str, ...] = ()  # incidents a standing incident links
     postmortem: str = ""
     postmortem_status: str = ""
-    flags: set[str] = field(default_factory=set)  # repeat, no_restart, duplicate_run
+    flags: set[str] = field(default_factory=set)  # repeat, no_restart, duplicate_run, ...
     commands: set[str] = field(default_factory=set)
     applied: set[str] = field(default_factory=set)
 
@@ -230,105 +248,171 @@ class Incident:
     def active(self) -> bool:
         return self.status not in ("resolved", "closed")
 
-
-def _time(value: Any) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    from schemas.events import parse_time
-
-    return parse_time(value)
+    @property
+    def job_scoped(self) -> bool:
+        """An incident of one attempt's own (its key is the attempt), not an entity's."""
+        return self.key.startswith("job:")
 
 
-def _impact(job: JobImpact, data: dict[str, Any]) -> JobImpact:
-    updates: dict[str, Any] = {}
-    for name in JobImpact.__dataclass_fields__:
-        if name in data and name not in ("project", "job_id", "attempt"):
-            value = data[name]
-            if name.endswith("_at"):
-                value = _time(value)
-            updates[name] = value
-    return replace(job, **updates)
+# --- the fold -------------------------------------------------------------------------------
 
 
 def apply(state: Incident | None, event: IncidentEvent) -> Incident:
-    """Fold one event; an event already applied (same id) changes nothing."""
+    """Fold one event; an event already applied (same id) changes nothing, and a payload
+    that no longer parses is skipped (stored history never stops a fold)."""
     inc = state or Incident(id=event.incident_id)
     if event.id in inc.applied:
         return inc
-    d = event.data
-    kind = event.kind
     inc.applied.add(event.id)
-    changes: dict[str, Any] = {"seq": max(inc.seq, event.seq)}
+    inc.seq = max(inc.seq, event.seq)
     if event.command_id:
         inc.commands.add(event.command_id)
-    if kind == "opened":
-        changes.update(key=d.get("key", ""), title=d.get("title", ""),
-                       klass=d.get("class", "unknown"), entity=d.get("entity", ""),
-                       rule=event.actor.rule, opened_at=event.time, status="open",
-                       first_signal_at=_time(d.get("first_signal_at")) or event.time,
-                       last_signal_at=_time(d.get("first_signal_at")) or event.time)
-    elif kind == "signal_added":
-        if d.get("event_id"):
-            changes.update(signals=inc.signals + 1,
-                           last_signal_at=max(filter(None, (inc.last_signal_at, event.time))))
-        if d.get("linked"):
-            changes["linked"] = tuple(sorted({*inc.linked, str(d["linked"])}))
-        if d.get("flag"):
-            inc.flags.add(str(d["flag"]))
-    elif kind == "evidence_attached":
-        ev = Evidence(event_id=d["event_id"], time=_time(d["time"]) or event.time,
-                      type=d.get("type", ""), source=d.get("source", ""),
-                      entity=d.get("entity", ""), why=d.get("why", ""),
-                      role=d.get("role", "signal"), project=d.get("project", ""),
-                      job_id=d.get("job_id", ""), attempt=d.get("attempt"))
-        inc.evidence[ev.event_id] = ev
-    elif kind in ("job_impacted", "recovery_observed", "recovery_verified", "impact_assessed"):
-        if "job" in d:
-            project, job_id, attempt = d["job"]["project"], d["job"]["job_id"], d["job"]["attempt"]
-            key = f"{project}/{job_id}/{attempt}"
-            current = inc.jobs.get(key) or JobImpact(project, job_id, int(attempt))
-            inc.jobs[key] = _impact(current, d)
-        if kind == "impact_assessed" and "charged_gpu_hours" in d:
-            changes["charged_gpu_hours"] = round(inc.charged_gpu_hours
-                                                 + float(d["charged_gpu_hours"]), 6)
-    elif kind == "cause_updated":
-        changes.update(cause_class=d.get("class", ""), cause_entity=d.get("entity", ""),
-                       cause_event=d.get("event_id", ""), cause_source=d.get("source", ""),
-                       confidence=float(d.get("confidence", 0.0)),
-                       explanation=d.get("explanation", ""),
-                       klass=d.get("class") or inc.klass,
-                       entity=d.get("entity") or inc.entity)
-    elif kind == "severity_changed":
-        changes.update(severity=d["severity"], severity_why=d.get("why", ""))
-    elif kind == "owner_assigned":
-        changes.update(owner=d["team"], owner_rule=d.get("rule", ""), owner_why=d.get("why", ""))
-    elif kind == "commander_assigned":
-        changes["commander"] = d["person"]
-    elif kind == "note_added":
-        changes["notes"] = (*inc.notes, str(d.get("text", "")))
-    elif kind in _TO:
-        changes["status"] = _TO[kind]
-        stamp = {"acknowledged": "acknowledged_at", "mitigated": "mitigated_at",
-                 "resolved": "resolved_at", "closed": "closed_at"}.get(kind)
-        if stamp:
-            changes[stamp] = event.time
-        if kind == "reopened":
-            changes.update(resolved_at=None, mitigated_at=None)
-    elif kind == "action_added":
-        action = Action(d["action_id"], d.get("title", ""), d.get("owner", ""), "open",
-                        d.get("due", ""), tuple(d.get("projects") or ()))
-        inc.actions[action.action_id] = action
-    elif kind == "action_updated":
-        old = inc.actions.get(d["action_id"]) or Action(d["action_id"], "")
-        inc.actions[old.action_id] = replace(
-            old, **{k: d[k] for k in ("title", "owner", "status", "due") if k in d})
-    elif kind in ("postmortem_drafted", "postmortem_published"):
-        changes.update(postmortem=d.get("text", inc.postmortem),
-                       postmortem_status="published" if kind == "postmortem_published"
-                       else "draft")
-    for name, value in changes.items():
-        setattr(inc, name, value)
+    try:
+        payload = event.payload()
+    except (KeyError, ValidationError):
+        return inc
+    _evolve(payload, inc, event)
     return inc
+
+
+@singledispatch
+def _evolve(payload: Payload, inc: Incident, event: IncidentEvent) -> None:
+    """Kinds with nothing to fold (a postmortem text lives in its own views)."""
+
+
+@_evolve.register
+def _(p: ev.IncidentOpened, inc: Incident, event: IncidentEvent) -> None:
+    inc.key, inc.title, inc.klass, inc.entity = p.key, p.title, p.klass, p.entity
+    inc.rule, inc.opened_at, inc.status = event.actor.rule, event.time, "open"
+    inc.first_signal_at = inc.last_signal_at = p.first_signal_at or event.time
+
+
+@_evolve.register
+def _(p: ev.SignalAdded, inc: Incident, event: IncidentEvent) -> None:
+    if p.event_id:
+        inc.signals += 1
+        inc.last_signal_at = max(filter(None, (inc.last_signal_at, event.time)))
+    if p.linked:
+        inc.linked = tuple(sorted({*inc.linked, p.linked}))
+    if p.flag:
+        inc.flags.add(p.flag)
+
+
+@_evolve.register
+def _(p: ev.EvidenceAttached, inc: Incident, event: IncidentEvent) -> None:
+    inc.evidence[p.event_id] = Evidence(p.event_id, p.time, p.type, p.source, p.entity, p.why,
+                                        p.role, p.project, p.job_id, p.attempt)
+
+
+_JOB_FIELDS = frozenset(JobImpact.__dataclass_fields__) - {"project", "job_id", "attempt"}
+
+
+def _job(inc: Incident, p: ev.JobImpacted | ev.RecoveryObserved | ev.RecoveryVerified
+         | ev.ImpactAssessed) -> None:
+    """Fold the fields a payload set into its attempt's impact."""
+    if p.job is None:
+        return
+    key = p.job.key
+    current = inc.jobs.get(key) or JobImpact(p.job.project, p.job.job_id, p.job.attempt)
+    updates = {name: getattr(p, name) for name in p.model_fields_set & _JOB_FIELDS}
+    inc.jobs[key] = replace(current, **updates) if updates else current
+
+
+@_evolve.register
+def _(p: ev.JobImpacted, inc: Incident, event: IncidentEvent) -> None:
+    _job(inc, p)
+
+
+@_evolve.register
+def _(p: ev.RecoveryObserved, inc: Incident, event: IncidentEvent) -> None:
+    _job(inc, p)
+
+
+@_evolve.register
+def _(p: ev.RecoveryVerified, inc: Incident, event: IncidentEvent) -> None:
+    _job(inc, p)
+
+
+@_evolve.register
+def _(p: ev.ImpactAssessed, inc: Incident, event: IncidentEvent) -> None:
+    _job(inc, p)
+    if p.charged_gpu_hours is not None:
+        inc.charged_gpu_hours = round(inc.charged_gpu_hours + p.charged_gpu_hours, 6)
+
+
+@_evolve.register
+def _(p: ev.CauseUpdated, inc: Incident, event: IncidentEvent) -> None:
+    inc.cause_class, inc.cause_entity, inc.cause_event = p.klass, p.entity, p.event_id
+    inc.cause_source, inc.confidence, inc.explanation = p.source, p.confidence, p.explanation
+    inc.cause_rank = p.rank
+    inc.klass = p.klass or inc.klass
+    inc.entity = p.entity or inc.entity
+
+
+@_evolve.register
+def _(p: ev.SeverityChanged, inc: Incident, event: IncidentEvent) -> None:
+    inc.severity, inc.severity_why = p.severity, p.why
+
+
+@_evolve.register
+def _(p: ev.OwnerAssigned, inc: Incident, event: IncidentEvent) -> None:
+    inc.owner, inc.owner_rule, inc.owner_why = p.team, p.rule, p.why
+
+
+@_evolve.register
+def _(p: ev.CommanderAssigned, inc: Incident, event: IncidentEvent) -> None:
+    inc.commander = p.person
+
+
+@_evolve.register
+def _(p: ev.NoteAdded, inc: Incident, event: IncidentEvent) -> None:
+    inc.notes = (*inc.notes, p.text)
+
+
+def _lifecycle(inc: Incident, kind: str, time: datetime) -> None:
+    inc.status = _TO[kind]
+    stamp = {"acknowledged": "acknowledged_at", "mitigated": "mitigated_at",
+             "resolved": "resolved_at", "closed": "closed_at"}.get(kind)
+    if stamp:
+        setattr(inc, stamp, time)
+    if kind == "reopened":
+        inc.resolved_at = inc.mitigated_at = None
+
+
+for _cls in (ev.Acknowledged, ev.Mitigated, ev.Resolved, ev.Reopened, ev.Closed):
+    _evolve.register(_cls, lambda p, inc, event: _lifecycle(inc, p.KIND, event.time))
+
+
+@_evolve.register
+def _(p: ev.ActionAdded, inc: Incident, event: IncidentEvent) -> None:
+    inc.actions[p.action_id] = Action(p.action_id, p.title, p.owner, "open", p.due,
+                                      tuple(p.projects), p.kind, p.priority, p.tracker)
+
+
+@_evolve.register
+def _(p: ev.ActionProposed, inc: Incident, event: IncidentEvent) -> None:
+    if p.action_id not in inc.actions:  # a proposal never overwrites what people did
+        inc.actions[p.action_id] = Action(p.action_id, p.title, p.owner, "proposed",
+                                          kind=p.kind, why=p.why, rule=p.rule)
+
+
+@_evolve.register
+def _(p: ev.ActionUpdated, inc: Incident, event: IncidentEvent) -> None:
+    old = inc.actions.get(p.action_id) or Action(p.action_id, "")
+    changed = {k: getattr(p, k) for k in ("title", "owner", "status", "due", "reason",
+                                          "priority", "tracker", "kind")
+               if getattr(p, k) is not None}
+    inc.actions[p.action_id] = replace(old, **changed)
+
+
+@_evolve.register
+def _(p: ev.PostmortemDrafted, inc: Incident, event: IncidentEvent) -> None:
+    inc.postmortem, inc.postmortem_status = p.text or inc.postmortem, "draft"
+
+
+@_evolve.register
+def _(p: ev.PostmortemPublished, inc: Incident, event: IncidentEvent) -> None:
+    inc.postmortem, inc.postmortem_status = p.text or inc.postmortem, "published"
 
 
 def fold(events: list[IncidentEvent]) -> dict[str, Incident]:
@@ -338,51 +422,64 @@ def fold(events: list[IncidentEvent]) -> dict[str, Incident]:
     return out
 
 
-def check(state: Incident | None, kind: str, data: dict[str, Any]) -> None:
-    """Raise InvalidTransition when `kind` is not allowed from the current state."""
+# --- deciding -------------------------------------------------------------------------------
+
+
+def check(state: Incident | None, payload: Payload) -> None:
+    """Raise InvalidTransition when `payload` is not allowed from the current state."""
+    kind = payload.KIND
     if kind == "opened":
         if state is not None and state.opened_at is not None:
             raise InvalidTransition(f"incident {state.id} is already open")
         return
     if state is None or state.opened_at is None:
         raise InvalidTransition("no such incident")
-    if state.status == "closed" and kind not in ("note_added", "action_updated",
-                                                 "postmortem_published", "action_added"):
+    if state.status == "closed" and kind not in _AFTER_CLOSE:
         raise InvalidTransition(f"incident {state.id} is closed: {kind} is not allowed")
     allowed = _FROM.get(kind)
     if allowed and state.status not in allowed:
         raise InvalidTransition(f"cannot go to {_TO[kind]} from {state.status} (allowed from: "
                                 f"{', '.join(allowed)})")
-    if kind == "severity_changed" and data.get("severity") not in SEVERITIES:
+    if isinstance(payload, ev.SeverityChanged) and payload.severity not in SEVERITIES:
         raise InvalidTransition(f"severity must be one of {', '.join(SEVERITIES)}")
-    if kind == "owner_assigned" and not data.get("team"):
-        raise InvalidTransition("owner_assigned needs a team")
-    if kind == "commander_assigned" and not data.get("person"):
-        raise InvalidTransition("commander_assigned needs a person")
-    if kind == "action_updated" and data.get("action_id") not in state.actions:
-        raise InvalidTransition(f"no action {data.get('action_id')!r} on {state.id}")
-    if kind == "closed" and any(a.status == "open" for a in state.actions.values()) and \
-            not data.get("force"):
+    if isinstance(payload, ev.ActionUpdated):
+        if payload.action_id not in state.actions:
+            raise InvalidTransition(f"no action {payload.action_id!r} on {state.id}")
+        if payload.status is not None and payload.status not in ACTION_STATUSES:
+            raise InvalidTransition(f"action status must be one of "
+                                    f"{', '.join(ACTION_STATUSES)}")
+        if payload.status in ("not_doing", "dismissed") and not payload.reason:
+            raise InvalidTransition(f"{payload.status} needs a reason")
+    if isinstance(payload, ev.Closed) and not payload.force and any(
+            a.status in ("open",) for a in state.actions.values()):
         raise InvalidTransition("open follow-up actions remain (close them or pass force)")
 
 
-def new_event(state: Incident | None, incident: str, kind: str, time: datetime, actor: Actor,
-              data: dict[str, Any], discriminator: str, command_id: str = "") -> IncidentEvent:
+def new_event(state: Incident | None, incident: str, payload: Payload, time: datetime,
+              actor: Actor, discriminator: str, command_id: str = "") -> IncidentEvent:
     """A validated event for `incident`, numbered after the state's last seq."""
-    check(state, kind, data)
-    return IncidentEvent(id=event_id(incident, kind, discriminator), incident_id=incident,
-                         seq=(state.seq if state else 0) + 1, kind=kind,
-                         time=time, actor=actor, data=_plain(data),
-                         command_id=command_id)
+    check(state, payload)
+    event = IncidentEvent(id=event_id(incident, payload.KIND, discriminator),
+                          incident_id=incident, seq=(state.seq if state else 0) + 1,
+                          kind=payload.KIND, time=time, actor=actor, data=payload.data(),
+                          command_id=command_id)
+    event._payload = payload
+    return event
 
 
-COMMANDS: dict[str, str] = {
-    "ack": "acknowledged", "assign": "owner_assigned", "commander": "commander_assigned",
-    "note": "note_added", "mitigate": "mitigated", "resolve": "resolved", "reopen": "reopened",
-    "close": "closed", "severity": "severity_changed", "add_action": "action_added",
-    "update_action": "action_updated", "draft_postmortem": "postmortem_drafted",
-    "publish_postmortem": "postmortem_published",
+# --- people's commands ----------------------------------------------------------------------
+
+COMMANDS: dict[str, type[Payload]] = {
+    "ack": ev.Acknowledged, "assign": ev.OwnerAssigned, "commander": ev.CommanderAssigned,
+    "note": ev.NoteAdded, "mitigate": ev.Mitigated, "resolve": ev.Resolved,
+    "reopen": ev.Reopened, "close": ev.Closed, "severity": ev.SeverityChanged,
+    "add_action": ev.ActionAdded, "update_action": ev.ActionUpdated,
+    "accept_action": ev.ActionUpdated, "dismiss_action": ev.ActionUpdated,
+    "draft_postmortem": ev.PostmortemDrafted, "publish_postmortem": ev.PostmortemPublished,
 }
+CommandName = Literal["ack", "assign", "commander", "note", "mitigate", "resolve", "reopen",
+                      "close", "severity", "add_action", "update_action", "accept_action",
+                      "dismiss_action", "draft_postmortem", "publish_postmortem"]
 
 
 class Command(BaseModel):
@@ -392,39 +489,27 @@ class Command(BaseModel):
 
     command_id: str = Field(min_length=1, max_length=200)
     incident_id: str = Field(min_length=1)
-    command: Literal["ack", "assign", "commander", "note", "mitigate", "resolve", "reopen",
-                     "close", "severity", "add_action", "update_action", "draft_postmortem",
-                     "publish_postmortem"]
+    command: CommandName
     actor: Actor
     time: datetime
     data: dict[str, Any] = Field(default_factory=dict)
 
-    def event(self) -> tuple[str, dict[str, Any]]:
-        kind = COMMANDS[self.command]
+    def payload(self) -> Payload:
+        """The event this command asks for; InvalidTransition names a bad field."""
         data = dict(self.data)
-        if kind == "owner_assigned":
-            data.setdefault("rule", "manual")
+        if self.command == "assign":
             data.setdefault("why", f"assigned by {self.actor.label()}")
             data["rule"] = "manual"
-        if kind == "action_added":
+        elif self.command == "add_action":
             data.setdefault("action_id", "act-" + hashlib.sha256(
                 self.command_id.encode()).hexdigest()[:10])
-        return kind, data
-
-
-_SCALARS = (str, int, float, bool, type(None))
-
-
-def _plain(data: dict[str, Any]) -> dict[str, Any]:
-    """JSON-safe data: scalars and nested dicts/lists of them pass as they are (the hot
-    path); anything else goes through a JSON round trip."""
-    def ok(value: Any) -> bool:
-        if isinstance(value, _SCALARS):
-            return True
-        if isinstance(value, dict):
-            return all(isinstance(k, str) and ok(v) for k, v in value.items())
-        if isinstance(value, list):
-            return all(ok(v) for v in value)
-        return False
-
-    return data if ok(data) else json.loads(json.dumps(data, default=str))
+        elif self.command == "accept_action":
+            data["status"] = "open"
+        elif self.command == "dismiss_action":
+            data["status"] = "dismissed"
+        try:
+            return COMMANDS[self.command].model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InvalidTransition(f"{self.command}: {where}: {first['msg']}") from None

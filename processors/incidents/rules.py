@@ -1,15 +1,21 @@
-"""Detection, routing and severity rules: a YAML file with a documented schema
+"""Detection, classes, routing, remediation and severity: a YAML file with a documented schema
 (docs/incidents.md), validated when the processors start (`load_rules`).
 
-- `signals`: infrastructure/scheduler events that can be a *cause*. Each names event types,
-  an optional attribute match, its failure class, and a threshold (`count` within
-  `window_s`) at which it opens an incident on its own; below the threshold it is still
-  remembered and becomes the cause of a job symptom in its fault domain.
-- `symptoms`: the job's own failure events (NCCL timeouts, non-zero exits, OOM, failed
-  checkpoints, ...), with the class to use when no infrastructure cause is found.
-- `progress`: hang (`no progress for hang_after_s`) and fail-slow (`step time above
-  ratio x baseline for for_s`) detection.
-- `routing`: ordered rules class/entity -> owning team; the first match wins; `default`.
+- `classes`: the closed table of failure classes. Each says how its incidents group
+  (`node`, `switch`, `filesystem`, `attempt`), whether an attempt it hits failed or is only
+  degraded, the owning team (`job` = the job's own team), the confidence of a job-own
+  classification, and the follow-ups to propose. A new class is an entry here; every signal,
+  symptom and progress rule must name one.
+- `signals`: infrastructure/scheduler events that can be a *cause*: event types, an
+  optional attribute match, the class, and a threshold (`count` within `window_s`) at which
+  it opens an incident on its own; below it the signal is still remembered and becomes the
+  cause of a job symptom in its fault domain.
+- `symptoms`: the job's own failure events, with the class to use when no infrastructure
+  cause is found and a `rank` (the highest names a job-own incident).
+- `progress`: `hang` (no progress for `after_s`) and `fail_slow` (step time above
+  `ratio` x the attempt's own baseline for `for_s`), each with its class and rank.
+- `routing`: entity overrides (first match wins) before the class's team; `team_of_project`
+  for job-owned classes.
 - `severity`: thresholds on impacted GPUs and lost GPU-hours.
 """
 
@@ -17,9 +23,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.registry import REGISTRY
 
@@ -27,7 +33,7 @@ DEFAULT_RULES = Path(__file__).with_name("rules.yaml")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class Threshold(_Strict):
@@ -36,7 +42,8 @@ class Threshold(_Strict):
 
 
 class Match(_Strict):
-    """Attribute conditions: `equals` any of the values; `not_equals` none of them."""
+    """Attribute conditions: `any_of` the values; `none_of` them; `contains` a substring;
+    the attribute `message` tests the event's message."""
 
     attribute: str
     any_of: list[Any] = Field(default_factory=list)
@@ -57,6 +64,33 @@ def _known_types(types: list[str]) -> list[str]:
     if unknown:
         raise ValueError(f"unknown event type {unknown[0]!r}")
     return types
+
+
+class ProposedAction(_Strict):
+    """A follow-up to propose when an incident of the class has this cause."""
+
+    name: str
+    title: str
+    """May use `{entity}`, `{node}`, `{gpu}` and the cause event's attributes."""
+    team: str = ""
+    """Who should do it (default: the incident's owner)."""
+    why: str = ""
+    kind: Literal["prevent", "mitigate", "detect", "process"] = "mitigate"
+    when: list[Match] = Field(default_factory=list)
+    """Conditions on the cause event (e.g. its Xid); empty: always."""
+
+
+class FailureClass(_Strict):
+    group: Literal["node", "switch", "filesystem", "attempt", "entity"]
+    team: str
+    """The owning team, or `job` for the job's own team (`routing.team_of_project`)."""
+    why: str = ""
+    impact: Literal["failed", "degraded"] = "failed"
+    own_confidence: float = Field(default=0.8, ge=0, le=1)
+    separate: bool = False
+    """A symptom of this class gets an incident of its own even when its attempt already
+    has one (a failed checkpoint is its own story; the crash that follows is another)."""
+    actions: list[ProposedAction] = Field(default_factory=list)
 
 
 class SignalRule(_Strict):
@@ -89,14 +123,23 @@ class SymptomRule(_Strict):
         return type_ in self.types and all(m.test(attributes, message) for m in self.where)
 
 
+class Hang(_Strict):
+    after_s: float = Field(default=900, gt=0)
+    klass: str = Field(default="hang", alias="class")
+    rank: int = Field(default=25, ge=0, le=100)
+
+
 class FailSlow(_Strict):
-    ratio: float = Field(default=1.2, gt=1.0)
+    ratio: float = Field(default=1.1, gt=1.0)
+    """Slower than this many times the attempt's own baseline step time (1.1 = 10 %)."""
     for_s: float = Field(default=600, gt=0)
     baseline_steps: int = Field(default=5, ge=1)
+    klass: str = Field(default="fail_slow", alias="class")
+    rank: int = Field(default=10, ge=0, le=100)
 
 
 class Progress(_Strict):
-    hang_after_s: float = Field(default=900, gt=0)
+    hang: Hang = Hang()
     fail_slow: FailSlow = FailSlow()
 
 
@@ -125,10 +168,9 @@ class Route(_Strict):
 
 class Routing(_Strict):
     rules: list[Route] = Field(default_factory=list)
-    job_owner_classes: list[str] = Field(default_factory=list)
-    """Classes owned by the job's own team (`team_of_project`, else `project:<name>`)."""
+    """Overrides, before the class's own team (a leaf owned by a vendor's team)."""
     team_of_project: dict[str, str] = Field(default_factory=dict)
-    default: str = "platform"
+    """For classes owned by the job (`team: job`): project -> team, else `project:<name>`."""
 
 
 class SeverityRule(_Strict):
@@ -146,7 +188,7 @@ class Severity(_Strict):
 
 
 class Rules(_Strict):
-    version: int = 1
+    version: int = 2
     cause_window_s: float = Field(default=900, gt=0)
     cause_slack_s: float = Field(default=5, ge=0)
     group_window_s: float = Field(default=1800, gt=0)
@@ -156,11 +198,38 @@ class Rules(_Strict):
     max_symptom_evidence: int = Field(default=64, ge=1)
     """Per attempt and event type: a 4096-rank job's timeouts are 64 references, not 4096
     (every one stays on the job's timeline; the incident counts the rest)."""
+    classes: dict[str, FailureClass] = Field(default_factory=dict)
     signals: list[SignalRule] = Field(default_factory=list)
     symptoms: list[SymptomRule] = Field(default_factory=list)
     progress: Progress = Progress()
     routing: Routing = Routing()
     severity: Severity = Severity()
+
+    @model_validator(mode="after")
+    def _classes_are_closed(self) -> Rules:
+        named = [(f"signals.{i}.class", r.klass) for i, r in enumerate(self.signals)]
+        named += [(f"symptoms.{i}.class", r.klass) for i, r in enumerate(self.symptoms)]
+        named += [("progress.hang.class", self.progress.hang.klass),
+                  ("progress.fail_slow.class", self.progress.fail_slow.klass)]
+        named += [(f"routing.rules.{i}.classes", c) for i, r in enumerate(self.routing.rules)
+                  for c in r.classes]
+        for where, klass in named:
+            if klass not in self.classes:
+                raise ValueError(f"{where}: class {klass!r} is not in the classes table "
+                                 f"(known: {', '.join(sorted(self.classes))})")
+        return self
+
+    def klass(self, name: str) -> FailureClass:
+        """The class's entry; an unknown name (stored history from older rules) behaves
+        like a job-owned, attempt-grouped failure."""
+        found = self.classes.get(name)
+        return found if found is not None else FailureClass(group="attempt", team="job")
+
+    @property
+    def memory_s(self) -> float:
+        """How far back the detector must remember to decide again after a restart."""
+        return 2 * max(self.cause_window_s, self.group_window_s, self.restart_deadline_s,
+                       self.progress.hang.after_s, self.progress.fail_slow.for_s)
 
     def signal_rule(self, type_: str, attributes: dict[str, Any],
                     message: str) -> SignalRule | None:

@@ -35,17 +35,17 @@ def test_lifecycle_is_audited_and_invalid_transitions_say_why() -> None:
         (event,) = d.command(_cmd(inc.id, name, n))
         log.append(event)
         assert event.actor == ALICE and event.command_id == f"c{n}"
-    assert d.book[inc.id].status == "resolved"
+    assert d.incidents[inc.id].status == "resolved"
     with pytest.raises(InvalidTransition, match="cannot go to acknowledged from resolved"):
         d.command(_cmd(inc.id, "ack", 9))
     log += d.command(_cmd(inc.id, "add_action", 10, title="replace node-001 GPU0",
                           owner="hardware-ops"))
     with pytest.raises(InvalidTransition, match="open follow-up actions remain"):
         d.command(_cmd(inc.id, "close", 11))
-    action = next(iter(d.book[inc.id].actions))
+    action = next(iter(d.incidents[inc.id].actions))
     log += d.command(_cmd(inc.id, "update_action", 12, action_id=action, status="done"))
     log += d.command(_cmd(inc.id, "close", 13))
-    state = d.book[inc.id]
+    state = d.incidents[inc.id]
     assert state.status == "closed" and state.closed_at == at(23)
     with pytest.raises(InvalidTransition, match="is closed"):
         d.command(_cmd(inc.id, "reopen", 14))
@@ -65,7 +65,7 @@ def test_a_command_applied_twice_changes_nothing() -> None:
 def test_a_manual_assignment_is_an_event_and_the_processor_keeps_it() -> None:
     log, p = _opened()
     (inc,) = incidents(log)
-    assert inc.owner == "hardware-ops" and inc.owner_rule == "gpu"
+    assert inc.owner == "hardware-ops" and inc.owner_rule == "gpu_hardware"
     (event,) = p.detector.command(_cmd(inc.id, "assign", 1, team="network",
                                        why="the GPU fell off after a cable swap"))
     assert event.kind == "owner_assigned" and event.data["rule"] == "manual"
@@ -73,7 +73,7 @@ def test_a_manual_assignment_is_an_event_and_the_processor_keeps_it() -> None:
     out = p.process([ev("node.xid", at(20), scope="gpu", entity="node-001/gpu0",
                         node="node-001", attributes={"xid": 79})])
     assert "owner_assigned" not in [e.kind for e in out.incidents]
-    state = p.detector.book[inc.id]
+    state = p.detector.incidents[inc.id]
     assert (state.owner, state.owner_why) == ("network", "the GPU fell off after a cable swap")
 
 
@@ -84,7 +84,7 @@ def test_a_signal_after_resolution_reopens_the_incident() -> None:
     out = p.process([ev("node.xid", at(30), scope="gpu", entity="node-001/gpu0",
                         node="node-001", attributes={"xid": 79})])
     assert [e.kind for e in out.incidents][:1] == ["reopened"]
-    assert p.detector.book[inc.id].status == "open"
+    assert p.detector.incidents[inc.id].status == "open"
 
 
 def test_the_default_rules_file_is_valid_and_errors_name_the_field(tmp_path: Path) -> None:

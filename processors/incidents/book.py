@@ -1,0 +1,188 @@
+"""The detector's memory and the one way its decisions are written: `Book.emit`.
+
+Every concern (grouping, cause, routing, severity, impact, recovery, slow-down, repeat
+offenders, proposed actions) decides from this state and the event in hand, and appends
+through `emit`, which refuses a decision already taken (same deterministic id), checks the
+transition, folds the event into the incident and keeps the indexes the concerns look
+things up by. No I/O, no clock: time is the events' own.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from processors.attempts import Attempt, JobRecord
+from processors.incidents.model import (
+    Actor,
+    Command,
+    Incident,
+    IncidentEvent,
+    InvalidTransition,
+    apply,
+    event_id,
+    fold,
+    new_event,
+)
+from processors.incidents.rules import SignalRule
+from schemas.events import Event
+from schemas.incident_events import JobRef, Payload
+
+AttemptKey = tuple[str, str, int]
+
+
+def akey(key: AttemptKey) -> str:
+    return f"{key[0]}/{key[1]}/{key[2]}"
+
+
+def jobref(key: AttemptKey) -> JobRef:
+    return JobRef(project=key[0], job_id=key[1], attempt=key[2])
+
+
+def actor(rule: str) -> Actor:
+    return Actor(kind="processor", name="detector", rule=rule)
+
+
+class NotInLog(Exception):
+    """Replaying recent events after a restart reached a decision the log does not hold
+    (the original run, seeing another order, did not take it): the decision is skipped."""
+
+
+@dataclass
+class Signal:
+    event: Event
+    rule: SignalRule
+    key: str
+    reached: dict[AttemptKey, tuple[str, str]]  # attempt -> (relation, link path)
+
+
+@dataclass
+class Progress:
+    last_step: int | None = None
+    last_step_at: datetime | None = None
+    last_step_event: str = ""
+    ckpt_step: int | None = None
+    ckpt_at: datetime | None = None
+    failed_ckpt: tuple[datetime, str] | None = None  # (time, checkpoint incident)
+    step_times: list[float] = field(default_factory=list)
+    slow_since: datetime | None = None
+    slow_reported: bool = False
+    hang_armed: bool = False
+
+
+@dataclass
+class Book:
+    jobs: dict[tuple[str, str], JobRecord] = field(default_factory=dict)
+    """Attempts as the detector saw them, folded in arrival order (batching cannot change
+    what it knew at each event)."""
+    incidents: dict[str, Incident] = field(default_factory=dict)
+    watermark: datetime | None = None
+    replaying: bool = False
+    open: dict[str, str] = field(default_factory=dict)  # grouping key -> active incident
+    resolved: dict[str, str] = field(default_factory=dict)  # grouping key -> last resolved
+    by_attempt: dict[AttemptKey, str] = field(default_factory=dict)
+    signals: deque[Signal] = field(default_factory=deque)
+    counts: dict[tuple[str, str], deque[datetime]] = field(default_factory=dict)
+    progress: dict[AttemptKey, Progress] = field(default_factory=dict)
+    pending: dict[tuple[str, str], list[tuple[str, AttemptKey]]] = field(default_factory=dict)
+    timers: list[tuple[datetime, int, str, str, AttemptKey]] = field(default_factory=list)
+    timer_seq: int = 0
+    node_incidents: dict[str, dict[str, datetime]] = field(default_factory=dict)
+    symptom_counts: dict[tuple[AttemptKey, str], int] = field(default_factory=dict)
+    refused: int = 0
+    opened_observed: dict[str, datetime] = field(default_factory=dict)
+    out: list[IncidentEvent] = field(default_factory=list)
+
+    # --- reading ------------------------------------------------------------------------
+
+    def attempt(self, key: AttemptKey) -> Attempt | None:
+        job = self.jobs.get((key[0], key[1]))
+        return job.attempts.get(key[2]) if job else None
+
+    def active(self, key: AttemptKey) -> str | None:
+        """The active incident that holds this attempt, if any."""
+        held = self.by_attempt.get(key)
+        return held if held is not None and self.incidents[held].active else None
+
+    # --- writing ------------------------------------------------------------------------
+
+    def emit(self, inc_id: str, payload: Payload, time: datetime, rule: str,
+             discriminator: str) -> bool:
+        """Append one decision unless it was already taken (same id); True when appended."""
+        state = self.incidents.get(inc_id)
+        if state is not None and event_id(inc_id, payload.KIND, discriminator) in state.applied:
+            return False
+        if self.replaying:
+            return False
+        try:
+            event = new_event(state, inc_id, payload, time, actor(rule), discriminator)
+        except InvalidTransition:
+            self.refused += 1  # a processor decision the state refuses is counted, not raised
+            return False
+        self.record(event)
+        return True
+
+    def record(self, event: IncidentEvent) -> None:
+        inc = apply(self.incidents.get(event.incident_id), event)
+        self.incidents[inc.id] = inc
+        self.out.append(event)
+        if inc.key and event.kind in ("resolved", "closed"):
+            if self.open.get(inc.key) == inc.id:
+                self.open.pop(inc.key)
+            self.resolved[inc.key] = inc.id
+            for key, held in list(self.by_attempt.items()):
+                if held == inc.id:
+                    del self.by_attempt[key]
+        elif inc.key and event.kind == "reopened":
+            self.open[inc.key] = inc.id
+
+    def command(self, command: Command) -> list[IncidentEvent]:
+        """A person's or team's request: validated, then logged (InvalidTransition says
+        why not); a command id seen before returns []."""
+        state = self.incidents.get(command.incident_id)
+        if state is not None and command.command_id in state.commands:
+            return []
+        event = new_event(state, command.incident_id, command.payload(), command.time,
+                          command.actor, command.command_id, command.command_id)
+        self.out = []
+        self.record(event)
+        out, self.out = self.out, []
+        return out
+
+    def push_timer(self, when: datetime, kind: str, ref: str, key: AttemptKey) -> None:
+        self.timer_seq += 1
+        heapq.heappush(self.timers, (when, self.timer_seq, kind, ref, key))
+
+    def room(self, key: AttemptKey, type_: str, cap: int) -> bool:
+        """Whether another symptom of this type may be attached for this attempt."""
+        seen = self.symptom_counts.get((key, type_), 0) + 1
+        self.symptom_counts[(key, type_)] = seen
+        return seen <= cap
+
+    # --- restart ------------------------------------------------------------------------
+
+    def restore(self, log: Sequence[IncidentEvent], jobs: Mapping[tuple[str, str], JobRecord],
+                node_of: Any, node_grouped: Any) -> None:
+        """Rebuild the incidents and their indexes from the log (and the known attempts),
+        when no snapshot can be used."""
+        self.jobs.update(jobs)
+        self.incidents = fold(list(log))
+        for inc in self.incidents.values():
+            if inc.active and inc.key:
+                self.open[inc.key] = inc.id
+            elif inc.key:
+                self.resolved[inc.key] = inc.id
+            for impact in inc.jobs.values():
+                key = (impact.project, impact.job_id, impact.attempt)
+                if inc.active and impact.role == "failed":
+                    self.by_attempt[key] = inc.id
+                if impact.verified_at is None and inc.active and impact.role == "failed":
+                    self.pending.setdefault((impact.project, impact.job_id), []).append(
+                        (inc.id, key))
+            node = node_of(inc.cause_entity) if node_grouped(inc.cause_class) else ""
+            if node and inc.opened_at:
+                self.node_incidents.setdefault(node, {})[inc.id] = inc.opened_at

@@ -1,0 +1,152 @@
+"""Symptom versus cause.
+
+A job symptom looks back `cause_window_s` for the earliest signal that reached its attempt's
+fault domain (ties: the more specific relation). Found, the symptom joins (or opens) that
+entity's incident and the cause is explained; not found, the attempt gets an incident of
+its own classified from its own evidence, the highest-ranked symptom naming the class. A
+signal that arrives after the symptoms it explains updates their job-own incident.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from processors.incidents.book import AttemptKey, Progress, Signal, akey
+from processors.incidents.rules import SymptomRule
+from schemas import incident_events as ev
+from schemas.events import Event
+
+if TYPE_CHECKING:
+    from processors.incidents.detector import Detector
+
+CONFIDENCE = {"self": 0.9, "node": 0.9, "gpu": 0.9, "nic": 0.85, "rank": 0.85, "switch": 0.6,
+              "target": 0.6, "filesystem": 0.6, "path": 0.6, "queue": 0.5, "change": 0.4}
+_RELATION_PHRASE = {"node": "is that node", "gpu": "holds that GPU",
+                    "nic": "is cabled to it", "switch": "sits under that switch",
+                    "target": "mounts the filesystem it serves", "filesystem": "mounts it",
+                    "rank": "runs that rank"}
+
+
+def find(d: Detector, key: AttemptKey, time: datetime,
+         since: datetime | None = None) -> tuple[Signal, str, str] | None:
+    lo = since or time - timedelta(seconds=d.rules.cause_window_s)
+    hi = time + timedelta(seconds=d.rules.cause_slack_s)
+    best: tuple[Signal, str, str] | None = None
+    for signal in d.book.signals:
+        if signal.event.time < lo or signal.event.time > hi or key not in signal.reached:
+            continue
+        relation, path = signal.reached[key]
+        if best is None or (signal.event.time, -CONFIDENCE.get(relation, 0.5)) < (
+                best[0].event.time, -CONFIDENCE.get(best[1], 0.5)):
+            best = (signal, relation, path)
+    return best
+
+
+def on_symptom(d: Detector, event: Event | None, rule: SymptomRule, key: AttemptKey,
+               time: datetime, discriminator: str, since: datetime | None = None) -> None:
+    book, rules = d.book, d.rules
+    klass = rules.klass(rule.klass)
+    current = book.by_attempt.get(key)
+    if current is not None and not klass.separate and book.incidents[current].active:
+        if event is not None and book.room(key, event.type, rules.max_symptom_evidence):
+            d.evidence(current, event, "symptom", rule.why, rule.name, key)
+        reclassify(d, current, rule, time, key)
+        return
+    found = find(d, key, time, since)
+    if found is not None:
+        signal, relation, path = found
+        inc_id = book.open.get(signal.key)
+        if inc_id is None:
+            inc_id = d.open_incident(signal.key, signal.rule.klass,
+                                     signal.event.entity or signal.key, signal.event.id,
+                                     signal.event.time, signal.rule.name, time,
+                                     event.observed_at if event else None)
+            from processors.incidents.grouping import join
+
+            for s in book.signals:
+                if s.key == signal.key and signal.event.time <= s.event.time <= time:
+                    join(d, inc_id, s)
+        d.evidence(inc_id, signal.event, "cause", signal.rule.why, signal.rule.name)
+        if book.incidents[inc_id].cause_source in ("", "signal"):
+            what = f"first {event.type}" if event else rule.why
+            explain(d, inc_id, signal, key, time, what, relation, path, symptom=event)
+    else:
+        inc_id = d.open_incident(f"job:{akey(key)}", rule.klass, akey(key), discriminator,
+                                 time, rule.name, time, event.observed_at if event else None)
+        own(d, inc_id, rule, key, time)
+    if event is not None and book.room(key, event.type, rules.max_symptom_evidence):
+        d.evidence(inc_id, event, "symptom", rule.why, rule.name, key)
+    if klass.separate:
+        progress = book.progress.setdefault(key, Progress())
+        progress.failed_ckpt = (time, inc_id)
+    from processors.incidents import impact
+
+    impact.impacted(d, inc_id, key, time, rule.name, role=klass.impact)
+
+
+def own(d: Detector, inc_id: str, rule: SymptomRule, key: AttemptKey, time: datetime) -> None:
+    window = int(d.rules.cause_window_s // 60)
+    explanation = (f"No hardware, network, storage or scheduler signal reached {akey(key)} "
+                   f"in the {window} min before its first failure at {time.isoformat()}; "
+                   f"classified from the job's own evidence: {rule.why or rule.klass} "
+                   f"(rule {rule.name}).")
+    d.book.emit(inc_id, ev.CauseUpdated(
+        klass=rule.klass, entity=akey(key), confidence=d.rules.klass(rule.klass).own_confidence,
+        explanation=explanation, rank=rule.rank, source="job"), time, rule.name,
+        f"own:{rule.name}")
+    from processors.incidents import routing
+
+    routing.route(d, inc_id, time, rule.name, project=key[0])
+
+
+def reclassify(d: Detector, inc_id: str, rule: SymptomRule, time: datetime,
+               key: AttemptKey) -> None:
+    """A job-own incident takes the class of its highest-ranked symptom."""
+    inc = d.book.incidents[inc_id]
+    if inc.cause_source != "job" or not inc.job_scoped:
+        return
+    current = next((r for r in d.rules.symptoms if r.klass == inc.cause_class), None)
+    if current is not None and rule.rank <= current.rank:
+        return
+    own(d, inc_id, rule, key, time)
+
+
+def explain(d: Detector, inc_id: str, signal: Signal, key: AttemptKey, time: datetime,
+            what: str, relation: str, path: str, symptom: Event | None = None) -> None:
+    cause = signal.event
+    gap = (time - cause.time).total_seconds()
+    when = f"{abs(gap):.0f} s {'before' if gap >= 0 else 'after'}"
+    linked = path.split(" → ")[-1] if path else ""
+    seen_on = f" (seen on {symptom.node})" if symptom and symptom.node else ""
+    link = _RELATION_PHRASE.get(relation, f"is linked to it ({relation})")
+    entity = cause.entity or cause.node or signal.key
+    explanation = (f"{entity} reported {cause.type} ({signal.rule.why or signal.rule.klass})"
+                   f" {when} the {what} of {akey(key)}{seen_on}; "
+                   + (f"{linked}, one of the attempt's own, {link}" if linked and
+                      relation != "self" else "it is the attempt's own signal")
+                   + (f" (path {path})." if path and relation != "self" else "."))
+    confidence = CONFIDENCE.get(relation, 0.5) - (0.1 if gap > 300 else 0.0)
+    d.book.emit(inc_id, ev.CauseUpdated(
+        klass=signal.rule.klass, entity=entity, event_id=cause.id,
+        confidence=round(confidence, 2), explanation=explanation, relation=relation,
+        source="infrastructure"), time, signal.rule.name, f"cause:{cause.id}:{akey(key)}")
+    from processors.incidents import routing
+
+    routing.route(d, inc_id, time, signal.rule.name)
+
+
+def late(d: Detector, signal: Signal) -> None:
+    """A signal that arrives after the symptoms it explains updates their incident."""
+    limit = timedelta(seconds=d.rules.cause_window_s)
+    for key, (relation, path) in signal.reached.items():
+        inc_id = d.book.by_attempt.get(key)
+        if inc_id is None:
+            continue
+        inc = d.book.incidents[inc_id]
+        if not inc.active or inc.cause_source != "job" or not inc.job_scoped:
+            continue
+        first = inc.first_signal_at
+        if first is None or not (signal.event.time <= first <= signal.event.time + limit):
+            continue
+        explain(d, inc_id, signal, key, first, "the first symptom", relation, path)

@@ -1,0 +1,151 @@
+"""Signals: remembered with the attempts they reached, grouped by the faulty entity.
+
+A signal's grouping key follows its class (`classes.<name>.group` in the rules): `node:`,
+`network:<switch>`, `storage:<filesystem>`, or the attempt. At the rule's threshold it opens
+an incident on its own; a later signal on the key within `group_window_s` joins it; one
+soon after the key's incident was resolved reopens it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from processors.incidents.book import AttemptKey, Signal, akey
+from processors.incidents.rules import SignalRule
+from processors.timeline import TimelineRow, event_filesystem, event_node, event_switch
+from schemas import incident_events as ev
+from schemas.events import Event
+
+if TYPE_CHECKING:
+    from processors.incidents.detector import Detector
+
+
+def node_of(entity: str) -> str:
+    return entity.split("/", 1)[0] if entity else ""
+
+
+def group_key(d: Detector, event: Event, klass: str) -> str:
+    group = d.rules.klass(klass).group
+    if group == "node":
+        return f"node:{event_node(event) or node_of(event.entity or '')}"
+    if group == "switch":
+        switch, _ = event_switch(event)
+        return f"network:{switch or event_node(event) or event.entity}"
+    if group == "filesystem":
+        fs = event_filesystem(event, d.topology())
+        return f"storage:{fs or event.entity or event.attributes.get('target', '')}"
+    if event.job_id:
+        return f"{klass}:{akey(d.attempt_key(event))}"
+    return f"{klass}:{event.entity or event.node}"
+
+
+def on_signal(d: Detector, event: Event, rule: SignalRule, rows: Sequence[TimelineRow]) -> None:
+    book, rules = d.book, d.rules
+    reached = {(r.project, r.job_id, r.attempt): (r.relation, r.link_path) for r in rows
+               if r.relation != "self"}
+    if event.job_id:
+        reached[d.attempt_key(event)] = ("self", event.job_id)
+    key = group_key(d, event, rule.klass)
+    signal = Signal(event, rule, key, reached)
+    book.signals.append(signal)
+    window = book.counts.setdefault((rule.name, key), deque())
+    window.append(event.time)
+    horizon = event.time - timedelta(seconds=rule.threshold.window_s)
+    while window and window[0] < horizon:
+        window.popleft()
+    open_id = book.open.get(key)
+    if open_id is not None:
+        inc = book.incidents[open_id]
+        if inc.last_signal_at and event.time - inc.last_signal_at > timedelta(
+                seconds=rules.group_window_s):
+            book.open.pop(key, None)
+            open_id = None
+    if open_id is None and key in book.resolved:
+        old = book.incidents[book.resolved[key]]
+        if old.status == "resolved" and old.resolved_at and event.time - old.resolved_at <= \
+                timedelta(seconds=rules.group_window_s):
+            book.emit(old.id, ev.Reopened(why=f"{rule.klass} signal on {key} again after "
+                                              "resolution", event_id=event.id),
+                      event.time, rule.name, event.id)
+            book.open[key] = old.id
+            book.resolved.pop(key, None)
+            open_id = old.id
+    if open_id is not None:
+        join(d, open_id, signal)
+        self_impact(d, open_id, event, rule)
+    elif len(window) >= rule.threshold.count:
+        recent = [s for s in book.signals if s.key == key and s.rule.name == rule.name
+                  and s.event.time >= horizon]
+        first = recent[0].event
+        inc_id = d.open_incident(key, rule.klass, event.entity or key, first.id, first.time,
+                                 rule.name, event.time, event.observed_at)
+        count = (f"{len(recent)} signals within {rule.threshold.window_s:.0f} s"
+                 if len(recent) > 1 else "one signal")
+        book.emit(inc_id, ev.CauseUpdated(
+            klass=rule.klass, entity=first.entity or key, event_id=first.id, confidence=0.7,
+            explanation=f"{first.entity or key} reported {first.type} "
+                        f"({rule.why or rule.klass}): {count}, rule {rule.name}. "
+                        "No job symptom linked yet.", source="signal"),
+            event.time, rule.name, f"cause:{first.id}")
+        for s in recent:
+            join(d, inc_id, s)
+        self_impact(d, inc_id, event, rule)
+    from processors.incidents import cause
+
+    cause.late(d, signal)
+
+
+def self_impact(d: Detector, inc_id: str, event: Event, rule: SignalRule) -> None:
+    """A job-scoped signal (a preemption) impacts its own attempt."""
+    if event.job_id:
+        from processors.incidents import impact
+
+        key = d.attempt_key(event)
+        d.evidence(inc_id, event, "cause", rule.why, rule.name, key)
+        impact.impacted(d, inc_id, key, event.time, rule.name, role="failed")
+
+
+def join(d: Detector, inc_id: str, signal: Signal) -> None:
+    event, rule = signal.event, signal.rule
+    inc = d.book.incidents[inc_id]
+    repeat = bool(inc.jobs) and any(j.restarted_attempt is not None for j in inc.jobs.values())
+    payload = ev.SignalAdded(event_id=event.id, rule=rule.name, flag="repeat") if repeat \
+        else ev.SignalAdded(event_id=event.id, rule=rule.name)
+    d.book.emit(inc_id, payload, event.time, rule.name, event.id)
+    d.evidence(inc_id, event, "signal", rule.why or rule.klass, rule.name)
+    if repeat:
+        from processors.incidents import severity
+
+        severity.assess(d, inc_id, event.time, rule.name)
+
+
+def reach(d: Detector, rows: Sequence[TimelineRow]) -> None:
+    """Late attribution (an attempt that started after the signal arrived) widens the
+    fault domains the remembered signals reached."""
+    by_id = {s.event.id: s for s in d.book.signals}
+    for row in rows:
+        signal = by_id.get(row.event.id)
+        if signal is not None and row.relation != "self":
+            signal.reached.setdefault((row.project, row.job_id, row.attempt),
+                                      (row.relation, row.link_path))
+
+
+def forget(d: Detector) -> None:
+    """Signals older than twice the longest window cannot be a cause any more."""
+    assert d.book.watermark is not None
+    horizon = d.book.watermark - timedelta(seconds=max(d.rules.cause_window_s,
+                                                       d.rules.group_window_s) * 2)
+    signals = d.book.signals
+    while signals and signals[0].event.time < horizon:
+        signals.popleft()
+
+
+def attempt_key_of(d: Detector, event: Event) -> AttemptKey:
+    number = event.attempt
+    if number is None:
+        job = d.book.jobs.get((event.project, event.job_id or ""))
+        number = (job.attempt_at(event.time) if job else None) or 1
+    return (event.project, event.job_id or "", number)

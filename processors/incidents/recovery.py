@@ -1,0 +1,113 @@
+"""Recovery: follow a failed attempt's job until it is really back.
+
+Restarted (a new attempt started; `duplicate_run` when the old one had not ended), restored
+(a checkpoint loaded), progress resumed (the loss is assessed then), verified (a step passed
+the failure point). No new attempt within `restart_deadline_s` flags `no_restart`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from processors.incidents import impact, severity
+from processors.incidents.book import AttemptKey, Progress, akey, jobref
+from schemas import incident_events as ev
+from schemas.events import Event
+
+if TYPE_CHECKING:
+    from processors.incidents.detector import Detector
+
+
+def track(d: Detector, event: Event) -> None:
+    """Progress of the event's attempt, and what it means for pending recoveries."""
+    from processors.incidents import slowdown
+
+    key = d.attempt_key(event)
+    progress = d.book.progress.setdefault(key, Progress())
+    attrs: dict[str, Any] = event.attributes
+    if event.type == "job.step" and isinstance(attrs.get("step"), int):
+        progress.last_step, progress.last_step_at = attrs["step"], event.time
+        progress.last_step_event = event.id
+        slowdown.arm_hang(d, progress, key)
+        step_time = attrs.get("step_time_s")
+        if isinstance(step_time, int | float):
+            slowdown.fail_slow(d, event, key, progress, float(step_time))
+        progressed(d, event, key, attrs["step"])
+    elif event.type == "checkpoint.saved" and isinstance(attrs.get("step"), int):
+        progress.ckpt_step, progress.ckpt_at = attrs["step"], event.time
+        progress.failed_ckpt = None
+        # a checkpoint is progress too: a slow save is not a hang
+        progress.last_step_at, progress.last_step_event = event.time, event.id
+        slowdown.arm_hang(d, progress, key)
+    elif event.type == "checkpoint.restored" and isinstance(attrs.get("step"), int):
+        restored(d, event, key, attrs["step"])
+    elif event.type == "job.started":
+        restarted(d, event, key)
+
+
+def _pending(d: Detector, key: AttemptKey) -> list[tuple[str, AttemptKey]]:
+    """Earlier attempts of the same job still waiting for their recovery to be verified."""
+    return [(inc_id, failed) for inc_id, failed in d.book.pending.get((key[0], key[1]), [])
+            if failed[2] < key[2]]
+
+
+def restored(d: Detector, event: Event, key: AttemptKey, step: int) -> None:
+    for inc_id, failed in _pending(d, key):
+        d.book.emit(inc_id, ev.RecoveryObserved(job=jobref(failed), stage="restored",
+                                                restored_step=step, by_attempt=key[2]),
+                    event.time, "recovery", f"restored:{akey(failed)}:{key[2]}")
+        d.evidence(inc_id, event, "recovery", "restored from checkpoint", "recovery", key)
+
+
+def restarted(d: Detector, event: Event, key: AttemptKey) -> None:
+    for inc_id, failed in _pending(d, key):
+        old = d.book.attempt(failed)
+        overlap = old is not None and (old.ended_at is None or old.ended_at > event.time)
+        payload = ev.RecoveryObserved(job=jobref(failed), stage="restarted",
+                                      restarted_attempt=key[2], restarted_at=event.time,
+                                      duplicate_run=True) if overlap else \
+            ev.RecoveryObserved(job=jobref(failed), stage="restarted",
+                                restarted_attempt=key[2], restarted_at=event.time)
+        d.book.emit(inc_id, payload, event.time, "recovery",
+                    f"restarted:{akey(failed)}:{key[2]}")
+        d.evidence(inc_id, event, "recovery", f"attempt {key[2]} started", "recovery", key)
+        if overlap:
+            severity.flag(d, inc_id, "duplicate_run", event.time, "recovery",
+                          f"attempt {key[2]} started while attempt {failed[2]} was still "
+                          "running")
+
+
+def progressed(d: Detector, event: Event, key: AttemptKey, step: int) -> None:
+    pending = d.book.pending.get((key[0], key[1]), [])
+    for inc_id, failed in list(pending):
+        if failed[2] >= key[2]:
+            continue
+        job = d.book.incidents[inc_id].jobs.get(akey(failed))
+        if job is None:
+            continue
+        if job.resumed_at is None:
+            impact.assess(d, inc_id, failed, job.gpus, event)
+            job = d.book.incidents[inc_id].jobs[akey(failed)]
+        target = job.failure_step if job.failure_step is not None else -1
+        if step > target:
+            d.book.emit(inc_id, ev.RecoveryVerified(job=jobref(failed), verified_at=event.time,
+                                                    step=step, past=job.failure_step),
+                        event.time, "recovery", f"verified:{akey(failed)}")
+            d.evidence(inc_id, event, "recovery",
+                       f"step {step} passed the failure point ({job.failure_step})",
+                       "recovery", key)
+            pending.remove((inc_id, failed))
+
+
+def deadline(d: Detector, when: datetime, inc_id: str, key: AttemptKey) -> None:
+    """The restart deadline of a failed attempt passed."""
+    inc = d.book.incidents.get(inc_id)
+    if inc is None or not inc.active:
+        return
+    job = inc.jobs.get(akey(key))
+    if job is None or job.restarted_attempt is not None:
+        return
+    minutes = d.rules.restart_deadline_s / 60
+    severity.flag(d, inc_id, "no_restart", when, "restart-deadline",
+                  f"{akey(key)} not restarted within {minutes:.0f} min")

@@ -1,0 +1,259 @@
+"""The incident events: frozen, past-tense payloads, one class per kind (DESIGN §6).
+
+On the wire and in `incident_log` an incident event is an envelope (`IncidentEvent`: id,
+incident, seq, kind, time, actor) around its payload as a JSON object (`data`). These classes
+are the payloads: processors build them, the fold reads them. Each carries `schema_version`;
+when a payload changes shape, bump it and register an upcaster beside the class
+(`UPCASTERS[(kind, old_version)]`), so stored history keeps folding. Unknown extra keys are
+kept (a newer writer's fields survive an older reader).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Payload(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+
+    KIND: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+    schema_version: int = 1
+
+    def data(self) -> dict[str, Any]:
+        """The JSON object stored in `incident_log.data` (set fields only: compact)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+class JobRef(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    project: str
+    job_id: str
+    attempt: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.project}/{self.job_id}/{self.attempt}"
+
+
+class IncidentOpened(Payload):
+    KIND = "opened"
+    key: str
+    klass: str = Field(alias="class")
+    entity: str
+    title: str = ""
+    first_signal_at: datetime | None = None
+    first_event: str = ""
+
+
+class SignalAdded(Payload):
+    """Another signal on the incident's key, a flag (repeat, no_restart, duplicate_run,
+    consequence), or a standing incident's link to one it groups."""
+
+    KIND = "signal_added"
+    event_id: str = ""
+    rule: str = ""
+    flag: str = ""
+    detail: str = ""
+    linked: str = ""
+
+
+class EvidenceAttached(Payload):
+    KIND = "evidence_attached"
+    event_id: str
+    time: datetime
+    type: str = ""
+    source: str = ""
+    entity: str = ""
+    why: str = ""
+    role: str = "signal"  # cause, symptom, signal, recovery, consequence, straggler
+    project: str = ""
+    job_id: str = ""
+    attempt: int | None = None
+
+
+class JobImpacted(Payload):
+    KIND = "job_impacted"
+    job: JobRef
+    gpus: int = 0
+    role: str = "failed"  # failed, degraded, linked
+    failed_at: datetime | None = None
+    failure_step: int | None = None
+    last_checkpoint_step: int | None = None
+    last_checkpoint_at: datetime | None = None
+    degraded_since: datetime | None = None
+
+
+class CauseUpdated(Payload):
+    KIND = "cause_updated"
+    klass: str = Field(alias="class")
+    entity: str
+    event_id: str = ""
+    confidence: float = 0.0
+    explanation: str = ""
+    relation: str = ""
+    source: str = ""  # signal (the entity's own), infrastructure (linked to a job), job
+    rank: int | None = None
+
+
+class SeverityChanged(Payload):
+    KIND = "severity_changed"
+    severity: str
+    why: str = ""
+
+
+class OwnerAssigned(Payload):
+    KIND = "owner_assigned"
+    team: str
+    rule: str = ""
+    why: str = ""
+
+
+class Acknowledged(Payload):
+    KIND = "acknowledged"
+
+
+class CommanderAssigned(Payload):
+    KIND = "commander_assigned"
+    person: str
+
+
+class NoteAdded(Payload):
+    KIND = "note_added"
+    text: str = ""
+    projects: list[str] = Field(default_factory=list)
+
+
+class Mitigated(Payload):
+    KIND = "mitigated"
+
+
+class RecoveryObserved(Payload):
+    """A stage of a failed attempt's recovery: restarted, restored, progress_resumed."""
+
+    KIND = "recovery_observed"
+    job: JobRef
+    stage: str
+    restarted_attempt: int | None = None
+    restarted_at: datetime | None = None
+    duplicate_run: bool | None = None
+    restored_step: int | None = None
+    by_attempt: int | None = None
+    resumed_at: datetime | None = None
+
+
+class RecoveryVerified(Payload):
+    KIND = "recovery_verified"
+    job: JobRef
+    verified_at: datetime
+    step: int | None = None
+    past: int | None = None
+
+
+class ImpactAssessed(Payload):
+    """A failed attempt's loss, split by phase (docs/incidents.md has the formula), or loss
+    charged to this incident from another one (`charged_gpu_hours`)."""
+
+    KIND = "impact_assessed"
+    job: JobRef | None = None
+    lost_gpu_hours: float | None = None
+    lost_steps: int | None = None
+    rework_s: float | None = None
+    downtime_s: float | None = None
+    restore_s: float | None = None
+    recompute_s: float | None = None
+    degraded_s: float | None = None
+    charged_elsewhere_gpu_hours: float | None = None
+    charged_gpu_hours: float | None = None
+    from_incident: str = ""
+    role: str = ""
+    why: str = ""
+
+
+class Resolved(Payload):
+    KIND = "resolved"
+
+
+class Reopened(Payload):
+    KIND = "reopened"
+    why: str = ""
+    event_id: str = ""
+
+
+class PostmortemDrafted(Payload):
+    KIND = "postmortem_drafted"
+    text: str = ""
+
+
+class PostmortemPublished(Payload):
+    KIND = "postmortem_published"
+    text: str = ""
+
+
+class ActionAdded(Payload):
+    KIND = "action_added"
+    action_id: str
+    title: str = ""
+    owner: str = ""
+    due: str = ""
+    kind: str = ""  # prevent, mitigate, detect, process
+    priority: str = ""
+    tracker: str = ""
+    projects: list[str] = Field(default_factory=list)
+
+
+class ActionProposed(Payload):
+    """A follow-up the processors propose from known remediation (the Xid catalogue, link
+    flaps, a filling filesystem, a crash-looping node); people accept, edit or dismiss it."""
+
+    KIND = "action_proposed"
+    action_id: str
+    title: str
+    owner: str = ""
+    why: str = ""
+    rule: str = ""
+    kind: str = "mitigate"
+
+
+class ActionUpdated(Payload):
+    KIND = "action_updated"
+    action_id: str
+    title: str | None = None
+    owner: str | None = None
+    status: str | None = None  # open (accepted), done, not_doing, dismissed
+    due: str | None = None
+    reason: str | None = None
+    priority: str | None = None
+    tracker: str | None = None
+    kind: str | None = None
+
+
+class Closed(Payload):
+    KIND = "closed"
+    force: bool | None = None
+    reason: str = ""
+
+
+PAYLOADS: dict[str, type[Payload]] = {cls.KIND: cls for cls in (
+    IncidentOpened, SignalAdded, EvidenceAttached, JobImpacted, CauseUpdated, SeverityChanged,
+    OwnerAssigned, Acknowledged, CommanderAssigned, NoteAdded, Mitigated, RecoveryObserved,
+    RecoveryVerified, ImpactAssessed, Resolved, Reopened, PostmortemDrafted,
+    PostmortemPublished, ActionAdded, ActionProposed, ActionUpdated, Closed)}
+
+UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+"""(kind, stored version) -> a function returning the next version's data."""
+
+
+def parse(kind: str, data: dict[str, Any]) -> Payload:
+    """The typed payload of a stored event, upcast to the current version first."""
+    cls = PAYLOADS[kind]
+    version = int(data.get("schema_version", 1))
+    while version < cls.VERSION:
+        data = {**UPCASTERS[(kind, version)](data), "schema_version": version + 1}
+        version += 1
+    return cls.model_validate(data)
