@@ -3,17 +3,22 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from jobtrail import sample
 from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.incidents.model import Actor, Command, InvalidTransition
 from processors.pipeline import Pipeline
+from processors.topology import Topology
+from schemas.topology import TopologyFile
 from tests.processors.incident_kit import at, ev, pipeline, started
-from tests.processors.test_incident_scenarios import ib_flap
+from tests.scenarios.library import LIBRARY, check, library, load
+from tests.scenarios.library import run as run_story
 
 
 def _runner(store: Store, home: Path, p: Pipeline | None = None) -> EmbeddedRunner:
@@ -31,7 +36,7 @@ def _projection(store: Store) -> dict[str, object]:
 
 def test_log_and_projections_survive_redelivery_replay_and_restart(store: Store,
                                                                    tmp_path: Path) -> None:
-    events = ib_flap()
+    events = load(LIBRARY / "ib-flap-64.yaml").events
     cut = len(events) - 4  # stop before the restored checkpoint and the resumed steps
     runner = _runner(store, tmp_path)
     runner.submit(events[:cut])
@@ -106,41 +111,31 @@ def test_commands_through_the_sink_and_isolation(store: Store, tmp_path: Path) -
     assert shown["log"][-1]["actor"] == "alice" and shown["log"][-1]["command_id"] == "k1"
 
 
-def _scenario_tests() -> list[object]:
-    from tests.processors import test_incident_scenarios as scenarios
-
-    return [fn for name, fn in sorted(vars(scenarios).items())
-            if name.startswith("test_") and callable(fn)]
-
-
-@pytest.mark.parametrize("scenario", _scenario_tests(), ids=lambda f: f.__name__[5:])  # type: ignore[attr-defined]
-def test_every_scenario_through_the_store_twice(store: Store, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch,
-                                                 scenario: object) -> None:
-    """Each scenario's input, stored with the embedded runtime (one batch), gives the pure
-    run's log (one event at a time); submitting it again changes nothing."""
-    from tests.processors import test_incident_scenarios as scenarios
-
-    captured: list[list[object]] = []
-    real = scenarios.run
-
-    def recording(events: list[object], batch: int = 1) -> object:
-        captured.append(list(events))
-        return real(events, batch)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(scenarios, "run", recording)
-    scenario()  # type: ignore[operator]  # its own assertions hold
-    events = captured[0]
-    expected, _ = real(events)  # type: ignore[arg-type]
-    runner = _runner(store, tmp_path)
-    runner.submit(events)  # type: ignore[arg-type]
+@pytest.mark.parametrize("path", library(), ids=lambda p: p.stem)
+def test_every_scenario_through_the_store_twice(store: Store, tmp_path: Path, path: Path,
+                                                ) -> None:
+    """Each library scenario, stored with the embedded runtime (one batch), gives the pure
+    run's log (one event at a time) and the expected incidents; submitting it again changes
+    nothing."""
+    scenario = load(path)
+    expected, _ = run_story(scenario)
+    runner = EmbeddedRunner(Sink(store, Pipeline(timedelta(seconds=30), _wiring(),
+                                                 rules=scenario.rules)),
+                            EmbeddedLog(tmp_path / "log"))
+    runner.submit(scenario.events)
     runner.drain()
-    assert store.count("incident_log") == len(expected)
+    stored = store.load_incident_log()
+    assert sorted((e.id, e.seq, e.kind) for e in stored) == \
+        sorted((e.id, e.seq, e.kind) for e in expected)
+    assert not check(scenario, stored)
     before = sorted((r["incident_id"], r["status"], r["lost_gpu_hours"])
                     for r in store.incidents(None))
-    assert len(before) == len({e.incident_id for e in expected})
-    runner.submit(events)  # type: ignore[arg-type]
-    assert runner.drain().duplicates == len({e.id for e in events})  # type: ignore[attr-defined]
+    runner.submit(scenario.events)
+    assert runner.drain().duplicates == len({e.id for e in scenario.events})
     assert store.count("incident_log") == len(expected)
     assert sorted((r["incident_id"], r["status"], r["lost_gpu_hours"])
                   for r in store.incidents(None)) == before
+
+
+def _wiring() -> Topology:
+    return Topology.from_file(TopologyFile.model_validate(sample.topology()))

@@ -29,11 +29,13 @@ from jobtrail.store import Store
 from processors.incidents.model import Actor, Command, incident_id
 from schemas.events import Event
 from tests.processors.incident_kit import at, ev, nodes, pipeline, started, step
-from tests.processors.test_incident_scenarios import ib_flap
+from tests.scenarios.library import LIBRARY, load
+
+FLAP = load(LIBRARY / "ib-flap-64.yaml").events
 
 
 def _story() -> list[Event | Command]:
-    out: list[Event | Command] = list(ib_flap())
+    out: list[Event | Command] = list(FLAP)
     for n in range(5):  # five attempts fail and are never restarted (restart deadline)
         on = nodes(20 + 2 * n, 21 + 2 * n)
         job = f"lost-{n}"
@@ -53,7 +55,7 @@ def _story() -> list[Event | Command]:
 
 
 def _flap_incident() -> str:
-    down = next(e for e in ib_flap() if e.type == "network.port_down")
+    down = next(e for e in FLAP if e.type == "network.port_down")
     return incident_id("network:leaf-01", down.id)
 
 

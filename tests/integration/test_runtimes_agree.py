@@ -194,3 +194,52 @@ def test_incident_commands_through_the_broker(kafka_broker: str, tmp_path: Path)
     letters = subprocess.run([*JOBTRAIL, "--home", str(tmp_path / "faust"), "dead-letters"],
                              capture_output=True, text=True, check=True, env=env, timeout=120)
     assert "incident.command" in letters.stdout and "cannot go to closed" in letters.stdout
+
+
+def _library_stream() -> list[str]:
+    """Every library scenario with default rules, one after the other, 30 days apart (far
+    beyond every window) and with ids of their own, as canonical JSON lines."""
+    from tests.scenarios.library import library, load
+
+    lines = []
+    for n, path in enumerate(library()):
+        scenario = load(path)
+        if scenario.raw.get("rules"):
+            continue
+        shift = timedelta(days=30 * n)
+        for event in scenario.events:
+            moved = event.model_copy(update={
+                "id": f"{event.id}-s{n}", "time": event.time + shift,
+                "observed_at": (event.observed_at or event.time) + shift})
+            lines.append(moved.to_json())
+    return lines
+
+
+def test_the_scenario_library_gives_identical_incident_logs_in_both_runtimes(
+        kafka_broker: str, tmp_path: Path) -> None:
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(yaml.safe_dump(sample.topology()))
+    lines = _library_stream()
+    env = {**os.environ, "JOBTRAIL_TOPOLOGY": str(topology), "JOBTRAIL_BATCH_SIZE": "50"}
+    env.pop("JOBTRAIL_KAFKA", None)
+    data = tmp_path / "library.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    embedded = tmp_path / "embedded"
+    subprocess.run([*JOBTRAIL, "--home", str(embedded), "ingest", str(data)], env=env,
+                   check=True, capture_output=True, timeout=600)
+    tag = uuid.uuid4().hex[:8]
+    prefix, app_id = f"l{tag}.", f"library-{tag}"
+    settings = Settings(kafka=kafka_broker, topic_prefix=prefix, wire_batch=20)
+    publish_sync(settings, decode("\n".join(lines), producer="file",
+                                  observed_at=datetime.now(UTC)))
+    worker = Worker(kafka_broker, tmp_path / "faust", prefix, app_id, batch_size=100)
+    worker.env.update({"JOBTRAIL_TOPOLOGY": str(topology), "JOBTRAIL_WIRE_BATCH": "20"})
+    worker.start()
+    try:
+        wait_caught_up(kafka_broker, app_id, [settings.topic("events"), settings.topic("dlq")],
+                       worker)
+    finally:
+        worker.stop()
+    faust_log = _incident_logs(tmp_path / "faust", env)
+    assert len({r[0] for r in faust_log}) >= 14
+    assert faust_log == _incident_logs(embedded, env)
