@@ -84,9 +84,21 @@ class JobImpacted(Payload):
     role: str = "failed"  # failed, degraded, linked
     failed_at: datetime | None = None
     failure_step: int | None = None
+    failure_step_source: str = ""
     last_checkpoint_step: int | None = None
     last_checkpoint_at: datetime | None = None
     degraded_since: datetime | None = None
+
+
+class FailureStepUpdated(Payload):
+    """Better evidence of where a failed attempt stopped: the `step` its failure reported
+    (authoritative), or a progress report that arrived after the first symptom."""
+
+    KIND = "failure_step_updated"
+    job: JobRef
+    failure_step: int
+    failure_step_source: str = ""  # "job.failed", "job.worker_exited", "progress"
+    event_id: str = ""
 
 
 class CauseUpdated(Payload):
@@ -240,7 +252,8 @@ class Closed(Payload):
 
 
 PAYLOADS: dict[str, type[Payload]] = {cls.KIND: cls for cls in (
-    IncidentOpened, SignalAdded, EvidenceAttached, JobImpacted, CauseUpdated, SeverityChanged,
+    IncidentOpened, SignalAdded, EvidenceAttached, JobImpacted, FailureStepUpdated,
+    CauseUpdated, SeverityChanged,
     OwnerAssigned, Acknowledged, CommanderAssigned, NoteAdded, Mitigated, RecoveryObserved,
     RecoveryVerified, ImpactAssessed, Resolved, Reopened, PostmortemDrafted,
     PostmortemPublished, ActionAdded, ActionProposed, ActionUpdated, Closed)}

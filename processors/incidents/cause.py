@@ -82,7 +82,7 @@ def on_symptom(d: Detector, event: Event | None, rule: SymptomRule, key: Attempt
         progress.failed_ckpt = (time, inc_id)
     from processors.incidents import impact
 
-    impact.impacted(d, inc_id, key, time, rule.name, role=klass.impact)
+    impact.impacted(d, inc_id, key, time, rule.name, role=klass.impact, event=event)
 
 
 def own(d: Detector, inc_id: str, rule: SymptomRule, key: AttemptKey, time: datetime) -> None:

@@ -103,6 +103,7 @@ class JobImpact:
     gpus: int = 0
     failed_at: datetime | None = None
     failure_step: int | None = None
+    failure_step_source: str = ""  # job.failed / job.worker_exited (reported), progress
     last_checkpoint_step: int | None = None
     last_checkpoint_at: datetime | None = None
     degraded_since: datetime | None = None
@@ -308,7 +309,7 @@ _JOB_FIELDS = frozenset(JobImpact.__dataclass_fields__) - {"project", "job_id", 
 
 
 def _job(inc: Incident, p: ev.JobImpacted | ev.RecoveryObserved | ev.RecoveryVerified
-         | ev.ImpactAssessed) -> None:
+         | ev.ImpactAssessed | ev.FailureStepUpdated) -> None:
     """Fold the fields a payload set into its attempt's impact."""
     if p.job is None:
         return
@@ -325,6 +326,11 @@ def _(p: ev.JobImpacted, inc: Incident, event: IncidentEvent) -> None:
 
 @_evolve.register
 def _(p: ev.RecoveryObserved, inc: Incident, event: IncidentEvent) -> None:
+    _job(inc, p)
+
+
+@_evolve.register
+def _(p: ev.FailureStepUpdated, inc: Incident, event: IncidentEvent) -> None:
     _job(inc, p)
 
 

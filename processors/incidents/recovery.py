@@ -33,7 +33,11 @@ def track(d: Detector, event: Event) -> None:
         step_time = attrs.get("step_time_s")
         if isinstance(step_time, int | float):
             slowdown.fail_slow(d, event, key, progress, float(step_time))
+        failure_step(d, event, key, attrs["step"], "progress")
         progressed(d, event, key, attrs["step"])
+    elif event.type in ("job.failed", "job.worker_exited") and \
+            (reported := impact.reported_step(event)) is not None:
+        failure_step(d, event, key, reported, event.type)
     elif event.type == "checkpoint.saved" and isinstance(attrs.get("step"), int):
         progress.ckpt_step, progress.ckpt_at = attrs["step"], event.time
         progress.failed_ckpt = None
@@ -78,6 +82,31 @@ def restarted(d: Detector, event: Event, key: AttemptKey) -> None:
                           "running")
 
 
+def failure_step(d: Detector, event: Event, key: AttemptKey, step: int, source: str) -> None:
+    """Where a failed attempt stopped, from the best evidence: the step its failure
+    reported wins; otherwise a progress report of the attempt that arrives after its first
+    symptom (logs lag) moves it forward."""
+    inc_id = d.book.by_attempt.get(key)
+    if inc_id is None:
+        return
+    job = d.book.incidents[inc_id].jobs.get(akey(key))
+    if job is None or job.role != "failed" or job.resumed_at is not None:
+        return
+    if source == "progress":
+        attempt = d.book.attempt(key)
+        if job.failure_step_source in ("job.failed", "job.worker_exited") or (
+                job.failure_step is not None and step <= job.failure_step) or (
+                attempt is not None and attempt.ended_at is not None
+                and event.time > attempt.ended_at):
+            return
+    elif job.failure_step == step and job.failure_step_source in ("job.failed",
+                                                                  "job.worker_exited"):
+        return
+    d.book.emit(inc_id, ev.FailureStepUpdated(job=jobref(key), failure_step=step,
+                                              failure_step_source=source, event_id=event.id),
+                event.time, "impact", f"failure-step:{akey(key)}:{event.id}")
+
+
 def progressed(d: Detector, event: Event, key: AttemptKey, step: int) -> None:
     pending = d.book.pending.get((key[0], key[1]), [])
     for inc_id, failed in list(pending):
@@ -87,10 +116,12 @@ def progressed(d: Detector, event: Event, key: AttemptKey, step: int) -> None:
         if job is None:
             continue
         if job.resumed_at is None:
-            impact.assess(d, inc_id, failed, job.gpus, event)
+            impact.assess(d, inc_id, failed, job.gpus, event, final=False)
             job = d.book.incidents[inc_id].jobs[akey(failed)]
         target = job.failure_step if job.failure_step is not None else -1
         if step > target:
+            impact.assess(d, inc_id, failed, job.gpus, event, final=True)
+            job = d.book.incidents[inc_id].jobs[akey(failed)]
             d.book.emit(inc_id, ev.RecoveryVerified(job=jobref(failed), verified_at=event.time,
                                                     step=step, past=job.failure_step),
                         event.time, "recovery", f"verified:{akey(failed)}")

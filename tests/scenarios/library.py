@@ -144,7 +144,8 @@ def _near(actual: float, expected: float, tolerance: float = 1e-5) -> bool:
     return abs(actual - expected) <= tolerance
 
 
-def check_incident(scenario: Scenario, inc: Incident, want: dict[str, Any]) -> list[str]:
+def check_incident(scenario: Scenario, inc: Incident, want: dict[str, Any],
+                   log: list[IncidentEvent] | None = None) -> list[str]:
     """What differs between an incident and its expectation (empty: it matches)."""
     problems: list[str] = []
 
@@ -206,6 +207,9 @@ def check_incident(scenario: Scenario, inc: Incident, want: dict[str, Any]) -> l
         differ("cause_type", cause.type if cause else None, want["cause_type"])
     if "linked" in want:
         differ("linked", len(inc.linked), want["linked"])
+    for kind, count in (want.get("log") or {}).items():
+        differ(f"log[{kind}]", sum(1 for e in log or [] if e.incident_id == inc.id
+                                   and e.kind == kind), count)
     for spec in want.get("actions", []):
         found = [a for a in inc.actions.values() if spec["title_contains"] in a.title
                  and (not spec.get("owner") or a.owner == spec["owner"])
@@ -233,7 +237,7 @@ def check(scenario: Scenario, log: list[IncidentEvent]) -> list[str]:
             continue
         remaining.remove(candidates[0])
         problems += [f"{want['class']}: {p}" for p in check_incident(scenario, candidates[0],
-                                                                     want)]
+                                                                     want, log)]
     if remaining and scenario.expect.get("exact", True):
         problems.append(f"unexpected incidents: {[(i.klass, i.entity) for i in remaining]}")
     return problems
