@@ -196,7 +196,8 @@ def demo(ctx: click.Context, colour: bool | None) -> None:
     from jobtrail import cli_incidents
 
     click.echo("")
-    ctx.invoke(cli_incidents.incidents, projects=(), status="", as_json=False)
+    ctx.invoke(cli_incidents.incidents, projects=(), status="", as_json=False,
+               everything=False)
     worst = max(_store_of(settings).incidents(None), key=lambda r: r["lost_gpu_hours"],
                 default=None)
     if worst is not None:

@@ -35,12 +35,15 @@ def _age(value: Any) -> str:
 @click.command("incidents")
 @click.option("--project", "projects", multiple=True, help="Only incidents touching these")
 @click.option("--status", default="", help="open, acknowledged, mitigated, resolved, closed")
+@click.option("--all", "everything", is_flag=True,
+              help="Also infrastructure-only incidents (they touched no job)")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def incidents(ctx: click.Context, projects: tuple[str, ...], status: str,
-              as_json: bool) -> None:
-    """List incidents, newest first."""
-    rows = _store(_settings(ctx)).incidents(list(projects) or None, status=status)
+              as_json: bool, everything: bool = False) -> None:
+    """List incidents that touched jobs, newest first."""
+    rows = _store(_settings(ctx)).incidents(list(projects) or None, status=status,
+                                            infrastructure=everything)
     if as_json:
         for row in rows:
             click.echo(json.dumps(row, default=str))
@@ -90,6 +93,11 @@ def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_jso
                    f"{j['gpus']} GPUs, failed {_age(j['failed_at'])} at step "
                    f"{j['failure_step']}, checkpoint {j['last_checkpoint_step']}, "
                    f"{j['recovery']}, {j['lost_gpu_hours']:.2f} GPU-h")
+        split = [(name, j.get(f"{name}_s") or 0) for name in
+                 ("rework", "downtime", "restore", "recompute", "degraded")]
+        if any(seconds for _, seconds in split):
+            click.echo("      lost time: " + ", ".join(f"{name} {seconds / 60:.1f} min"
+                                                      for name, seconds in split if seconds))
     click.echo(f"  evidence ({len(f['evidence'])}):")
     for e, count, last in _grouped(f["evidence"])[:30]:
         entity = e["entity"] if count == 1 else f"{e['entity']} .. {last} (x{count})"

@@ -429,20 +429,24 @@ class Store:
     # --- incidents (every read bound to the caller's projects; None = an operator) --------
 
     def incidents(self, projects: Sequence[str] | None, *, status: str = "",
-                  since: datetime | None = None, limit: int = 200) -> list[dict[str, Any]]:
+                  since: datetime | None = None, limit: int = 200,
+                  infrastructure: bool = False) -> list[dict[str, Any]]:
         """Incidents touching the caller's projects, newest first, each as that caller may
-        see it (`jobtrail.incident_view`). Infrastructure incidents that impacted no job are
-        visible to operators only."""
+        see it (`jobtrail.incident_view`). Infrastructure-only incidents (they touched no
+        job: a switch flapping under idle nodes) are kept and queryable, listed only with
+        `infrastructure` and only to operators."""
         from jobtrail.incident_view import summary
 
         rows = self._dicts(
             f"SELECT {INCIDENT_LIST} FROM incidents FINAL "
             "WHERE ({all:Bool} OR hasAny(projects, {projects:Array(String)})) "
+            "AND ({infra:Bool} OR length(projects) > 0) "
             "AND ({status:String} = '' OR status = {status:String}) "
             "AND opened_at >= {since:DateTime64(3, 'UTC')} "
             "ORDER BY opened_at DESC, incident_id LIMIT {limit:UInt32}",
             all=projects is None, projects=list(projects or []), status=status,
-            since=since or datetime(1970, 1, 1, tzinfo=UTC), limit=limit)
+            since=since or datetime(1970, 1, 1, tzinfo=UTC), limit=limit,
+            infra=infrastructure and projects is None)
         if projects is None or not rows:
             return rows
         jobs: dict[str, list[dict[str, Any]]] = {}
@@ -474,7 +478,8 @@ class Store:
             "SELECT * EXCEPT incident_id FROM incident_evidence FINAL "
             "WHERE incident_id = {id:String} ORDER BY time, event_id", id=incident_id)
         out["actions"] = self._dicts(
-            "SELECT action_id, title, owner, status, due, projects FROM actions FINAL "
+            "SELECT action_id, title, owner, status, due, projects, kind, priority, tracker, "
+            "reason, why, rule FROM actions FINAL "
             "WHERE incident_id = {id:String} ORDER BY action_id", id=incident_id)
         out["log"] = self._dicts(
             "SELECT seq, kind, time, actor_kind, actor, rule, data, command_id "

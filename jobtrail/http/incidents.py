@@ -36,7 +36,8 @@ async def list_incidents(request: web.Request) -> web.Response:
     backend = request.app[BACKEND]
     rows = await backend.call(backend.store.incidents, scope(request),
                               status=request.query.get("status", ""),
-                              since=query_time(request, "since"))
+                              since=query_time(request, "since"),
+                              infrastructure=request.query.get("include") == "infrastructure")
     return reply({"incidents": rows})
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from processors.incidents.book import AttemptKey, Signal, akey
@@ -73,7 +73,15 @@ def on_signal(d: Detector, event: Event, rule: SignalRule, rows: Sequence[Timeli
             book.open[key] = old.id
             book.resolved.pop(key, None)
             open_id = old.id
-    if open_id is not None:
+    parent = consequence_of(d, event, rule, signal) if open_id is None else None
+    if parent is not None:
+        book.emit(parent, ev.SignalAdded(event_id=event.id, rule=rule.name,
+                                         detail=f"consequence: {rule.klass} on "
+                                                f"{event.entity or event.node}"),
+                  event.time, rule.name, event.id)
+        d.evidence(parent, event, "consequence", f"{rule.why or rule.klass}, on a node the "
+                   "incident already holds, after its cause", rule.name)
+    elif open_id is not None:
         join(d, open_id, signal)
         self_impact(d, open_id, event, rule)
     elif len(window) >= rule.threshold.count:
@@ -96,6 +104,37 @@ def on_signal(d: Detector, event: Event, rule: SignalRule, rows: Sequence[Timeli
     from processors.incidents import cause
 
     cause.late(d, signal)
+
+
+def consequence_of(d: Detector, event: Event, rule: SignalRule, signal: Signal) -> str | None:
+    """The active incident a node signal follows from, if any: a drain, a not-ready or an
+    Xid on a node whose attempts an incident already holds (every attempt the signal
+    reached is in it, or it reached none and the node ran one of the incident's attempts),
+    within `group_window_s` after the incident's first signal. One story, one incident."""
+    if d.rules.klass(rule.klass).group != "node" or event.job_id:
+        return None
+    node = event_node(event) or node_of(event.entity or "")
+    if not node:
+        return None
+    window = timedelta(seconds=d.rules.group_window_s)
+    reached = set(signal.reached)
+    best: tuple[datetime, str] | None = None
+    for inc_id in set(d.book.open.values()):
+        inc = d.book.incidents[inc_id]
+        first = inc.first_signal_at
+        if not inc.active or first is None or not (first <= event.time <= first + window):
+            continue
+        held = {(j.project, j.job_id, j.attempt) for j in inc.jobs.values()
+                if j.role in ("failed", "degraded")}
+        if not held:
+            continue
+        if reached:
+            follows = reached <= held
+        else:
+            follows = any(node in (a.nodes if (a := d.book.attempt(k)) else ()) for k in held)
+        if follows and (best is None or (first, inc_id) < best):
+            best = (first, inc_id)
+    return best[1] if best else None
 
 
 def self_impact(d: Detector, inc_id: str, event: Event, rule: SignalRule) -> None:

@@ -45,6 +45,10 @@ def impacted(d: Detector, inc_id: str, key: AttemptKey, time: datetime, rule: st
         payload = ev.JobImpacted(job=jobref(key), gpus=gpus, role=role)
     book.emit(inc_id, payload, time, rule, akey(key))
     severity.assess(d, inc_id, time, rule)
+    if inc.key.startswith("node:") and role == "failed":
+        from processors.incidents import offenders
+
+        offenders.failure(d, inc.key[5:], inc_id, akey(key), time)
     if inc.key.startswith("node:"):
         standing = book.open.get(f"lemon:{inc.key[5:]}")
         if standing is not None:

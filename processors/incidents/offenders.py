@@ -1,5 +1,10 @@
-"""Repeat offenders: a node behind `repeat_offender_count` incidents within the window gets
-a standing incident (`lemon:<node>`, hardware ops) that links them and their jobs."""
+"""Repeat offenders: a node behind `repeat_offender_count` failures within the window gets a
+standing incident (`lemon:<node>`, owned as the `repeat_offender` class says) that links the
+incidents and their jobs.
+
+A failure is an incident on the node, or each attempt that failed of it: a job that crashes
+three times on one GPU is one incident (grouped, a repeat) and three failures towards the
+verdict."""
 
 from __future__ import annotations
 
@@ -16,14 +21,26 @@ if TYPE_CHECKING:
 RULE = "repeat-offender"
 
 
-def check(d: Detector, node: str, inc_id: str, time: datetime) -> None:
+def failure(d: Detector, node: str, inc_id: str, attempt: str, time: datetime) -> None:
+    """An attempt failed of a node-grouped incident."""
+    check(d, node, inc_id, time, f"{inc_id}/{attempt}")
+
+
+def check(d: Detector, node: str, inc_id: str, time: datetime, token: str = "") -> None:
     book = d.book
     seen = book.node_incidents.setdefault(node, {})
-    seen[inc_id] = time
+    seen[token or inc_id] = time
     horizon = time - timedelta(seconds=d.rules.repeat_offender_window_s)
-    recent = sorted((t, i) for i, t in seen.items() if t >= horizon)
-    if len(recent) < d.rules.repeat_offender_count:
+    tokens = {t: at for t, at in seen.items() if at >= horizon}
+    with_failures = {t.split("/", 1)[0] for t in tokens if "/" in t}
+    failures = sum(1 for t in tokens if "/" in t or t not in with_failures)
+    if failures < d.rules.repeat_offender_count:
         return
+    incidents: dict[str, datetime] = {}
+    for t, at in tokens.items():
+        incident = t.split("/", 1)[0]
+        incidents[incident] = min(at, incidents.get(incident, at))
+    recent = sorted((at, i) for i, at in incidents.items())
     key = f"lemon:{node}"
     standing = book.open.get(key)
     if standing is None:
@@ -37,11 +54,12 @@ def check(d: Detector, node: str, inc_id: str, time: datetime) -> None:
         entry = d.rules.klass("repeat_offender")
         book.emit(standing, ev.OwnerAssigned(
             team=entry.team, rule=RULE,
-            why=f"{node} is behind {len(recent)} incidents: hardware ops decide whether to "
-                "replace it"), time, RULE, "owner")
+            why=f"{node} is behind {failures} failures: {entry.why or entry.team}"),
+            time, RULE, "owner")
         book.emit(standing, ev.CauseUpdated(
             klass="repeat_offender", entity=node, confidence=0.8,
-            explanation=f"{node} is the faulty entity of {len(recent)} incidents within "
+            explanation=f"{node} is the faulty entity of {failures} failures "
+                        f"({len(recent)} incidents) within "
                         f"{d.rules.repeat_offender_window_s / 86400:.0f} days; each is linked "
                         "here."), time, RULE, "cause")
     for _, linked in recent:

@@ -57,12 +57,15 @@ def evidence_rows(inc: Incident, only: set[str] | None = None) -> list[dict[str,
 def job_rows(inc: Incident) -> list[dict[str, Any]]:
     return [{"incident_id": inc.id, "project": j.project, "job_id": j.job_id,
              "attempt": j.attempt, "role": j.role, "gpus": j.gpus, "failed_at": _t(j.failed_at),
-             "failure_step": j.failure_step, "last_checkpoint_step": j.last_checkpoint_step,
+             "failure_step": j.failure_step, "failure_step_source": j.failure_step_source,
+             "last_checkpoint_step": j.last_checkpoint_step,
              "last_checkpoint_at": _t(j.last_checkpoint_at),
              "restarted_attempt": j.restarted_attempt, "restarted_at": _t(j.restarted_at),
              "restored_step": j.restored_step, "resumed_at": _t(j.resumed_at),
              "verified_at": _t(j.verified_at), "lost_gpu_hours": j.lost_gpu_hours,
-             "lost_steps": j.lost_steps, "recovery": j.recovery,
+             "lost_steps": j.lost_steps, "rework_s": j.rework_s, "downtime_s": j.downtime_s,
+             "restore_s": j.restore_s, "recompute_s": j.recompute_s,
+             "degraded_s": j.degraded_s, "recovery": j.recovery,
              "duplicate_run": j.duplicate_run, "version": inc.seq}
             for j in inc.jobs.values()]
 
@@ -70,7 +73,8 @@ def job_rows(inc: Incident) -> list[dict[str, Any]]:
 def action_rows(inc: Incident) -> list[dict[str, Any]]:
     return [{"incident_id": inc.id, "action_id": a.action_id, "title": a.title,
              "owner": a.owner, "status": a.status, "due": a.due, "projects": list(a.projects),
-             "version": inc.seq}
+             "kind": a.kind, "priority": a.priority, "tracker": a.tracker, "reason": a.reason,
+             "why": a.why, "rule": a.rule, "version": inc.seq}
             for a in inc.actions.values()]
 
 
@@ -96,7 +100,7 @@ def projection_rows(incidents: list[Incident], changes: list[IncidentEvent] | No
             job = e.data["job"]
             jobs.setdefault(e.incident_id, set()).add(
                 f"{job['project']}/{job['job_id']}/{job['attempt']}")
-        elif e.kind in ("action_added", "action_updated"):
+        elif e.kind in ("action_added", "action_updated", "action_proposed"):
             actions.setdefault(e.incident_id, set()).add(e.data["action_id"])
     return {
         "incidents": [incident_row(i) for i in incidents],
