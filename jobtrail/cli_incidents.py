@@ -104,7 +104,10 @@ def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_jso
         click.echo(f"    {_age(e['time'])} {e['role']:8} {e['type']:22} {entity[:32]:32} "
                    f"{e['why']}")
     for a in f["actions"]:
-        click.echo(f"  action {a['action_id']} [{a['status']}] {a['title']} ({a['owner']})")
+        why = f" — proposed: {a['why']}" if a.get("status") == "proposed" and a.get("why") \
+            else ""
+        click.echo(f"  action {a['action_id']} [{a['status']}] {a['title']} ({a['owner']})"
+                   f"{why}")
     changes = [e for e in f["log"] if e["kind"] != "evidence_attached"]
     click.echo(f"  log ({len(f['log'])} events; evidence attachments not shown):")
     for entry in changes[-20:]:
@@ -265,6 +268,32 @@ def action_done(ctx: click.Context, incident_id: str, action_id: str, by: str,
     """Mark a follow-up action done."""
     _command(ctx, incident_id, "update_action", by, {"action_id": action_id, "status": "done"},
              command_id)
+
+
+@incident.command("action-accept")
+@click.argument("incident_id")
+@click.argument("action_id")
+@_BY
+@_ID
+@click.pass_context
+def action_accept(ctx: click.Context, incident_id: str, action_id: str, by: str,
+                  command_id: str | None) -> None:
+    """Accept a proposed follow-up (it becomes an open action)."""
+    _command(ctx, incident_id, "accept_action", by, {"action_id": action_id}, command_id)
+
+
+@incident.command("action-dismiss")
+@click.argument("incident_id")
+@click.argument("action_id")
+@click.option("--reason", required=True, help="Why it will not be done")
+@_BY
+@_ID
+@click.pass_context
+def action_dismiss(ctx: click.Context, incident_id: str, action_id: str, reason: str, by: str,
+                   command_id: str | None) -> None:
+    """Dismiss a proposed follow-up, saying why."""
+    _command(ctx, incident_id, "dismiss_action", by,
+             {"action_id": action_id, "reason": reason}, command_id)
 
 
 @click.command("replay")

@@ -128,9 +128,24 @@ class Pipeline:
                     done.add(target)
         return rows
 
+    def gpu_named(self, event: Event) -> Event:
+        """A GPU event that gives only a PCI address (a kernel Xid), with the GPU index from
+        the topology's GPU table, for the timeline and the detector (the stored event keeps
+        what the source said)."""
+        pci = event.attributes.get("pci")
+        if not isinstance(pci, str) or event.attributes.get("gpu") not in (None, "") \
+                or not event.node:
+            return event
+        index = self.topology.gpu_of(event.node, pci)
+        if index is None:
+            return event
+        return event.model_copy(update={"entity": f"{event.node}/gpu{index}",
+                                        "attributes": {**event.attributes, "gpu": str(index)}})
+
     def process(self, events: Sequence[Event]) -> Outputs:
         """Fold a batch; events must already be new (the sink filters stored ids)."""
         out = Outputs(events=list(events))
+        events = [self.gpu_named(e) for e in events]
         changed: dict[tuple[str, str], set[int]] = {}
         for event in sorted((e for e in events if e.type == "topology.link"),
                             key=lambda e: (e.time, e.id)):
@@ -186,7 +201,8 @@ class Pipeline:
                 if event.type == "topology.link":
                     continue
                 try:
-                    self.detector.observe(event, self._rows(event))
+                    named = self.gpu_named(event)
+                    self.detector.observe(named, self._rows(named))
                 except Exception as exc:  # stored history must never stop a start
                     failed.append(f"{event.type} {event.id}: {type(exc).__name__}: {exc}")
         finally:

@@ -40,6 +40,8 @@ class Topology:
         self._applied: set[str] = set()
         self.origin = ""
         """A digest of the topology file this was built from ('' for none)."""
+        self._gpu_pci: dict[str, dict[str, int]] = {}
+        self._gpu_pci_default: dict[str, int] = {}
 
     @classmethod
     def from_file(cls, spec: TopologyFile) -> Topology:
@@ -51,7 +53,10 @@ class Topology:
             for up in switch.uplinks:
                 topology._uplinks[name].add(up)
                 topology._downlinks[up].add(name)
+        topology._gpu_pci_default = {pci_key(k): v for k, v in spec.gpu_pci.items()}
         for node, node_spec in spec.nodes.items():
+            if node_spec.gpu_pci:
+                topology._gpu_pci[node] = {pci_key(k): v for k, v in node_spec.gpu_pci.items()}
             for nic, link in node_spec.nics.items():
                 topology.link(node, nic, link.switch, link.port, spec.valid_from)
         for fs, fs_spec in spec.filesystems.items():
@@ -101,3 +106,27 @@ class Topology:
 
     def filesystem_of_target(self, target: str) -> str | None:
         return self._target_fs.get(target)
+
+    def gpu_of(self, node: str, pci: str) -> int | None:
+        """The GPU index at PCI address `pci` on `node`, from the topology's GPU table."""
+        key = pci_key(pci)
+        found = self._gpu_pci.get(node, {}).get(key)
+        return found if found is not None else self._gpu_pci_default.get(key)
+
+
+def pci_key(pci: str) -> str:
+    """`0000:9B:00.0`, `00000000:9b:00.0` and `9b:00` are one address: bus and device."""
+    parts = pci.strip().lower().split(":")
+    if len(parts) >= 2:
+        bus, device = parts[-2], parts[-1].split(".")[0]
+        return f"{int(bus, 16):02x}:{int(device, 16):02x}" if _hex(bus) and _hex(device) \
+            else pci.strip().lower()
+    return pci.strip().lower()
+
+
+def _hex(text: str) -> bool:
+    try:
+        int(text, 16)
+    except ValueError:
+        return False
+    return True

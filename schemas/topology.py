@@ -31,6 +31,8 @@ class NodeSpec(BaseModel):
     rack: str | None = None
     gpus: int = Field(default=8, ge=0)
     nics: dict[str, NicSpec] = Field(default_factory=dict)
+    gpu_pci: dict[str, int] = Field(default_factory=dict)
+    """PCI bus address -> GPU index on this node (overrides the file's `gpu_pci`)."""
 
 
 class SwitchSpec(BaseModel):
@@ -55,6 +57,10 @@ class TopologyFile(BaseModel):
     nodes: dict[str, NodeSpec] = Field(default_factory=dict)
     switches: dict[str, SwitchSpec] = Field(default_factory=dict)
     filesystems: dict[str, FilesystemSpec] = Field(default_factory=dict)
+    gpu_pci: dict[str, int] = Field(default_factory=dict)
+    """PCI bus address (`0000:9b:00.0`, as `nvidia-smi -q` prints it) -> GPU index, for
+    every node of the same build; a kernel Xid names the PCI address, the people fixing it
+    need the index."""
 
     @field_validator("valid_from", mode="before")
     @classmethod

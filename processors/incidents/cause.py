@@ -74,7 +74,7 @@ def on_symptom(d: Detector, event: Event | None, rule: SymptomRule, key: Attempt
     else:
         inc_id = d.open_incident(f"job:{akey(key)}", rule.klass, akey(key), discriminator,
                                  time, rule.name, time, event.observed_at if event else None)
-        own(d, inc_id, rule, key, time)
+        own(d, inc_id, rule, key, time, event)
     if event is not None and book.room(key, event.type, rules.max_symptom_evidence):
         d.evidence(inc_id, event, "symptom", rule.why, rule.name, key)
     if klass.separate:
@@ -85,7 +85,8 @@ def on_symptom(d: Detector, event: Event | None, rule: SymptomRule, key: Attempt
     impact.impacted(d, inc_id, key, time, rule.name, role=klass.impact, event=event)
 
 
-def own(d: Detector, inc_id: str, rule: SymptomRule, key: AttemptKey, time: datetime) -> None:
+def own(d: Detector, inc_id: str, rule: SymptomRule, key: AttemptKey, time: datetime,
+        symptom: Event | None = None) -> None:
     window = int(d.rules.cause_window_s // 60)
     explanation = (f"No hardware, network, storage or scheduler signal reached {akey(key)} "
                    f"in the {window} min before its first failure at {time.isoformat()}; "
@@ -95,9 +96,10 @@ def own(d: Detector, inc_id: str, rule: SymptomRule, key: AttemptKey, time: date
         klass=rule.klass, entity=akey(key), confidence=d.rules.klass(rule.klass).own_confidence,
         explanation=explanation, rank=rule.rank, source="job"), time, rule.name,
         f"own:{rule.name}")
-    from processors.incidents import routing
+    from processors.incidents import actions, routing
 
     routing.route(d, inc_id, time, rule.name, project=key[0])
+    actions.propose(d, inc_id, time, symptom, rule.name)
 
 
 def reclassify(d: Detector, inc_id: str, rule: SymptomRule, time: datetime,
@@ -131,9 +133,10 @@ def explain(d: Detector, inc_id: str, signal: Signal, key: AttemptKey, time: dat
         klass=signal.rule.klass, entity=entity, event_id=cause.id,
         confidence=round(confidence, 2), explanation=explanation, relation=relation,
         source="infrastructure"), time, signal.rule.name, f"cause:{cause.id}:{akey(key)}")
-    from processors.incidents import routing
+    from processors.incidents import actions, routing
 
     routing.route(d, inc_id, time, signal.rule.name)
+    actions.propose(d, inc_id, time, cause, signal.rule.name)
 
 
 def late(d: Detector, signal: Signal) -> None:

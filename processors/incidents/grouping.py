@@ -98,6 +98,9 @@ def on_signal(d: Detector, event: Event, rule: SignalRule, rows: Sequence[Timeli
                         f"({rule.why or rule.klass}): {count}, rule {rule.name}. "
                         "No job symptom linked yet.", source="signal"),
             event.time, rule.name, f"cause:{first.id}")
+        from processors.incidents import actions
+
+        actions.propose(d, inc_id, event.time, first, rule.name)
         for s in recent:
             join(d, inc_id, s)
         self_impact(d, inc_id, event, rule)

@@ -62,6 +62,9 @@ def check(d: Detector, node: str, inc_id: str, time: datetime, token: str = "") 
                         f"({len(recent)} incidents) within "
                         f"{d.rules.repeat_offender_window_s / 86400:.0f} days; each is linked "
                         "here."), time, RULE, "cause")
+        from processors.incidents import actions
+
+        actions.propose(d, standing, time, None, RULE)
     for _, linked in recent:
         book.emit(standing, ev.SignalAdded(linked=linked), time, RULE, f"link:{linked}")
         for impact in book.incidents[linked].jobs.values():

@@ -42,7 +42,8 @@ def test_lifecycle_is_audited_and_invalid_transitions_say_why() -> None:
                           owner="hardware-ops"))
     with pytest.raises(InvalidTransition, match="open follow-up actions remain"):
         d.command(_cmd(inc.id, "close", 11))
-    action = next(iter(d.incidents[inc.id].actions))
+    action = next(a.action_id for a in d.incidents[inc.id].actions.values()
+                  if a.title == "replace node-001 GPU0")
     log += d.command(_cmd(inc.id, "update_action", 12, action_id=action, status="done"))
     log += d.command(_cmd(inc.id, "close", 13))
     state = d.incidents[inc.id]
@@ -103,3 +104,23 @@ def test_the_default_rules_file_is_valid_and_errors_name_the_field(tmp_path: Pat
     bad.write_text("signal: []\n")  # a typo is an error, not a silently ignored key
     with pytest.raises(RulesError, match="signal: Extra inputs are not permitted"):
         load_rules(bad)
+
+
+def test_proposed_follow_ups_are_accepted_edited_or_dismissed_in_the_log() -> None:
+    log, p = _opened()  # Xid 79 on node-001/gpu0
+    (inc,) = incidents(log)
+    d = p.detector
+    proposals = {a.rule: a for a in d.incidents[inc.id].actions.values()}
+    assert proposals["gpu-off-the-bus"].status == "proposed"
+    assert "GPU 0" in proposals["gpu-off-the-bus"].title
+    assert proposals["gpu-off-the-bus"].owner == "hardware-ops"
+    off, = [a.action_id for a in proposals.values() if a.rule == "gpu-off-the-bus"]
+    log += d.command(_cmd(inc.id, "accept_action", 1, action_id=off))
+    log += d.command(_cmd(inc.id, "update_action", 2, action_id=off, owner="dc-ops"))
+    with pytest.raises(InvalidTransition, match="dismissed needs a reason"):
+        d.command(_cmd(inc.id, "dismiss_action", 3, action_id=off))
+    log += d.command(_cmd(inc.id, "dismiss_action", 4, action_id=off, reason="GPU replaced"))
+    state = d.incidents[inc.id]
+    assert (state.actions[off].status, state.actions[off].owner,
+            state.actions[off].reason) == ("dismissed", "dc-ops", "GPU replaced")
+    assert fold(log)[inc.id].actions == state.actions

@@ -8,6 +8,7 @@
     start: "2026-11-30T09:00:00Z"      # `at` offsets count from here
     project: llm-pretrain              # default project of job events
     topology: sample                   # the bundled 64-node fat tree (the only one so far)
+    gpu_pci: {"0000:9b:00.0": 3}       # optional: the topology's PCI address -> GPU table
     rules: {...}                       # optional overrides merged into the default rules
     events:                            # in arrival order
       - {at: 0s, type: job.started, job: pretrain, attempt: 1,
@@ -132,7 +133,9 @@ def run(scenario: Scenario, batch: int = 1) -> tuple[list[IncidentEvent], Any]:
     from processors.topology import Topology
     from schemas.topology import TopologyFile
 
-    wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
+    spec = sample.topology()
+    spec["gpu_pci"] = scenario.raw.get("gpu_pci", {})
+    wiring = Topology.from_file(TopologyFile.model_validate(spec))
     pipeline = Pipeline(timedelta(seconds=30), wiring, rules=scenario.rules)
     log: list[IncidentEvent] = []
     for i in range(0, len(scenario.events), batch):

@@ -1,0 +1,66 @@
+"""Proposed follow-ups: what known remediation says to do about an incident's cause.
+
+Each failure class lists its actions in the rules (`classes.<name>.actions`): a title (with
+`{entity}`, `{node}`, `{gpu}`, `{job}` and the cause event's attributes filled in), the team
+that should do it (default: the incident's owner), why, its kind, and conditions on the cause
+event (an Xid number). Proposals are events (`action_proposed`, status `proposed`); people
+accept, edit or dismiss them (`accept_action`, `update_action`, `dismiss_action` with a
+reason), which the log records like any command. A proposal's id is derived, so it is made
+once per incident and remediation rule, however often the cause is restated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from processors.incidents.grouping import node_of
+from schemas import incident_events as ev
+from schemas.events import Event
+
+if TYPE_CHECKING:
+    from processors.incidents.detector import Detector
+
+_GPU = re.compile(r"/gpu(\d+)$")
+
+
+def _fields(d: Detector, inc_id: str, cause: Event | None) -> dict[str, Any]:
+    inc = d.book.incidents[inc_id]
+    attrs = dict(cause.attributes) if cause else {}
+    entity = inc.entity
+    gpu = attrs.get("gpu")
+    if gpu in (None, "") and (match := _GPU.search(cause.entity or "" if cause else entity)):
+        gpu = match.group(1)
+    fields: dict[str, Any] = {k: v for k, v in attrs.items() if isinstance(v, str | int | float)}
+    fields.update(entity=entity, node=(cause.node if cause else "") or node_of(entity),
+                  gpu=gpu if gpu not in (None, "") else "?",
+                  job=next(iter(sorted(inc.jobs)), "the job"),
+                  filesystem=attrs.get("filesystem") or entity, owner=inc.owner)
+    return fields
+
+
+def propose(d: Detector, inc_id: str, time: datetime, cause: Event | None, rule: str) -> None:
+    inc = d.book.incidents[inc_id]
+    entry = d.rules.classes.get(inc.klass)
+    if entry is None or not entry.actions:
+        return
+    fields = _fields(d, inc_id, cause)
+    message = cause.message if cause else ""
+    attrs = cause.attributes if cause else {}
+    for action in entry.actions:
+        if action.when and (cause is None or not all(m.test(attrs, message)
+                                                     for m in action.when)):
+            continue
+        title = action.title.format_map(defaultdict(lambda: "?", fields))
+        why = action.why.format_map(defaultdict(lambda: "?", fields))
+        action_id = "prop-" + hashlib.sha256(
+            f"{inc_id}\0{action.name}".encode()).hexdigest()[:10]
+        if action_id in inc.actions:
+            continue
+        d.book.emit(inc_id, ev.ActionProposed(action_id=action_id, title=title,
+                                              owner=action.team or inc.owner, why=why,
+                                              rule=action.name, kind=action.kind),
+                    time, rule, f"propose:{action.name}")
