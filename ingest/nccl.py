@@ -24,6 +24,7 @@ from typing import Any
 
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
+from schemas.failure_text import classify
 
 _TS = re.compile(r"^\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
                  r"(?:Z|[+-]\d\d:?\d\d)?)\]?")
@@ -118,6 +119,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             if code:
                 attrs["exit_code"] = int(code.group(1))
             host = kv.get("host")
+            if failure := classify(kv.get("error_file", "") + " " + line):
+                attrs["failure"] = failure
             sink.emit(line + "\n" + "\n".join(f"{k}: {v}" for k, v in kv.items()),
                       "job.worker_exited", attrs, severity="error", scope="rank",
                       entity=f"rank-{attrs['rank']}" if "rank" in attrs else None, node=host,
@@ -137,11 +140,11 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                       severity="error")
         elif match := _NCCL_ERR.search(line):
             sink.emit(line, "comm.nccl_error", {"error": match.group("err")}, severity="error")
-        elif match := _OOM.search(line):
-            attrs = {"kind": "cuda"}
-            if match.group("size"):
+        elif classify(line) == "oom":  # the detector reads exits with the same classifier
+            attrs = {"kind": "cuda" if "CUDA" in line or "cuda" in line else "host"}
+            if (match := _OOM.search(line)) and match.group("size"):
                 attrs["requested"] = match.group("size")
-            if match.group("gpu"):
+            if match and match.group("gpu"):
                 attrs["gpu"] = match.group("gpu")
             sink.emit(line, "job.oom", attrs, severity="error")
         elif (match := _SAVE.search(line)) or (match := _LOAD.search(line)):

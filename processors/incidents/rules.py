@@ -43,12 +43,24 @@ class Threshold(_Strict):
 
 class Match(_Strict):
     """Attribute conditions: `any_of` the values; `none_of` them; `contains` a substring;
-    the attribute `message` tests the event's message."""
+    `classified_as` a label of the shared failure-text classifier (`schemas/failure_text.py`:
+    oom, ecc, gpu_lost, enospc, io_error, illegal_memory, segfault, dataloader,
+    nccl_timeout, nccl_error); the attribute `message` tests the event's message."""
 
     attribute: str
     any_of: list[Any] = Field(default_factory=list)
     none_of: list[Any] = Field(default_factory=list)
     contains: str = ""
+    classified_as: str = ""
+
+    @field_validator("classified_as")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        from schemas.failure_text import LABELS
+
+        if value and value not in LABELS:
+            raise ValueError(f"unknown label {value!r} (known: {', '.join(LABELS)})")
+        return value
 
     def test(self, attributes: dict[str, Any], message: str) -> bool:
         value = message if self.attribute == "message" else attributes.get(self.attribute)
@@ -56,6 +68,11 @@ class Match(_Strict):
             return False
         if self.none_of and value in self.none_of:
             return False
+        if self.classified_as:
+            from schemas.failure_text import classify
+
+            if classify(str(value or "")) != self.classified_as:
+                return False
         return not self.contains or self.contains.lower() in str(value or "").lower()
 
 

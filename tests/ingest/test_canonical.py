@@ -113,3 +113,22 @@ def test_decode_canonical_round_trips_and_rejects_garbage() -> None:
     letter = decode_canonical(b"\xff\xfe{", position="events/0@7")
     assert isinstance(letter, DeadLetter)
     assert letter.stage == "process.decode" and letter.event_ref == "events/0@7"
+
+
+def test_the_failure_text_classifier_names_what_a_message_reports() -> None:
+    from schemas.failure_text import classify
+
+    cases = {
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB": "oom",
+        "RuntimeError: CUDA error: an illegal memory access was encountered": "illegal_memory",
+        "NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled cuda error, NCCL version 2.18.1 "
+        "... CUDA out of memory": "oom",  # precedence: the OOM explains the NCCL error
+        "ncclSystemError: System call (e.g. socket, malloc) or external library call failed":
+            "nccl_error",
+        "OSError: [Errno 28] No space left on device": "enospc",
+        "Bus error (core dumped)": "segfault",
+        "DataLoader worker (pid 4242) is killed by signal: Killed.": "dataloader",
+        "step 100 loss 2.1": None,
+    }
+    for text, label in cases.items():
+        assert classify(text) == label, text
