@@ -206,6 +206,33 @@ class NodeHealth(Attributes):
     status: str  # warning, failure
 
 
+class GpuThrottled(Attributes):
+    """GPU clocks held below what was asked (nvidia-smi / DCGM clock event reasons)."""
+
+    gpu: str | None = None
+    reason: str  # thermal, power_brake, hw_slowdown, sw_power_cap, sw_thermal, ...
+    clock_mhz: float | None = Field(default=None, ge=0)
+    expected_mhz: float | None = Field(default=None, ge=0)
+
+
+class GpuThermal(Attributes):
+    gpu: str | None = None
+    temperature_c: float
+    limit_c: float | None = None
+
+
+class LinkDegraded(Attributes):
+    """A PCIe or NVLink link running narrower or slower than it should."""
+
+    gpu: str | None = None
+    bus: str  # pcie, nvlink
+    link: str | None = None
+    width: int | None = Field(default=None, ge=0)
+    expected_width: int | None = Field(default=None, ge=0)
+    speed: str | None = None
+    expected_speed: str | None = None
+
+
 class StorageAvailability(Attributes):
     filesystem: str | None = None
     target: str | None = None
@@ -286,6 +313,11 @@ _TYPES = [
     EventType("node.xid", Source.node, NodeXid, doc="NVIDIA Xid from the kernel log"),
     EventType("node.ecc", Source.node, NodeEcc, doc="GPU ECC error"),
     EventType("node.health", Source.node, NodeHealth, doc="DCGM health-watch finding"),
+    EventType("node.throttled", Source.node, GpuThrottled,
+              doc="GPU clocks throttled (thermal, power brake, HW slowdown)"),
+    EventType("node.thermal", Source.node, GpuThermal, doc="GPU or node temperature high"),
+    EventType("node.link_degraded", Source.node, LinkDegraded,
+              doc="PCIe or NVLink link running below its width or speed"),
     EventType("node.not_ready", Source.node, NodeReason, doc="Node not ready"),
     EventType("node.ready", Source.node, NodeReason, doc="Node ready again"),
     EventType("node.drained", Source.node, NodeReason, doc="Node drained by scheduler or ops"),

@@ -8,16 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from jobtrail import sample
 from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.incidents.model import Actor, Command, InvalidTransition
 from processors.pipeline import Pipeline
-from processors.topology import Topology
-from schemas.topology import TopologyFile
 from tests.processors.incident_kit import at, ev, pipeline, started
-from tests.scenarios.library import LIBRARY, check, library, load
+from tests.scenarios.library import LIBRARY, check, library, load, wiring
 from tests.scenarios.library import run as run_story
 
 
@@ -121,7 +118,7 @@ def test_every_scenario_through_the_store_twice(store: Store, tmp_path: Path, pa
     nothing."""
     scenario = load(path)
     expected, _ = run_story(scenario)
-    runner = EmbeddedRunner(Sink(store, Pipeline(timedelta(seconds=30), _wiring(),
+    runner = EmbeddedRunner(Sink(store, Pipeline(timedelta(seconds=30), wiring(scenario),
                                                  rules=scenario.rules)),
                             EmbeddedLog(tmp_path / "log"))
     runner.submit(scenario.events)
@@ -137,7 +134,3 @@ def test_every_scenario_through_the_store_twice(store: Store, tmp_path: Path, pa
     assert store.count("incident_log") == len(expected)
     assert sorted((r["incident_id"], r["status"], r["lost_gpu_hours"])
                   for r in store.incidents(None)) == before
-
-
-def _wiring() -> Topology:
-    return Topology.from_file(TopologyFile.model_validate(sample.topology()))

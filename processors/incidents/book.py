@@ -68,9 +68,18 @@ class Progress:
     ckpt_step: int | None = None
     ckpt_at: datetime | None = None
     failed_ckpt: tuple[datetime, str] | None = None  # (time, checkpoint incident)
-    step_times: list[float] = field(default_factory=list)
+    normal: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+    """Recent step times that were not slow: the attempt's own baseline."""
     slow_since: datetime | None = None
+    slow_samples: list[float] = field(default_factory=list)
     slow_reported: bool = False
+    slow_incident: str = ""
+    degraded_s: float = 0.0
+    degraded_gpu_hours: float = 0.0
+    by_node: dict[str, deque[float]] = field(default_factory=dict)
+    """Recent step times reported by each node's ranks (straggler detection)."""
+    straggler: dict[str, tuple[datetime, str, list[float]]] = field(default_factory=dict)
+    """node -> (slow since, incident once reported, slow samples)"""
     hang_armed: bool = False
 
 

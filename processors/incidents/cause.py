@@ -28,13 +28,17 @@ _RELATION_PHRASE = {"node": "is that node", "gpu": "holds that GPU",
                     "rank": "runs that rank"}
 
 
-def find(d: Detector, key: AttemptKey, time: datetime,
-         since: datetime | None = None) -> tuple[Signal, str, str] | None:
+def find(d: Detector, key: AttemptKey, time: datetime, since: datetime | None = None,
+         node: str = "") -> tuple[Signal, str, str] | None:
+    """The earliest signal that reached the attempt in the window (only `node`'s own, when
+    given: a straggler's cause is on the straggler)."""
     lo = since or time - timedelta(seconds=d.rules.cause_window_s)
     hi = time + timedelta(seconds=d.rules.cause_slack_s)
     best: tuple[Signal, str, str] | None = None
     for signal in d.book.signals:
         if signal.event.time < lo or signal.event.time > hi or key not in signal.reached:
+            continue
+        if node and (signal.event.node or "") != node:
             continue
         relation, path = signal.reached[key]
         if best is None or (signal.event.time, -CONFIDENCE.get(relation, 0.5)) < (
@@ -44,7 +48,9 @@ def find(d: Detector, key: AttemptKey, time: datetime,
 
 
 def on_symptom(d: Detector, event: Event | None, rule: SymptomRule, key: AttemptKey,
-               time: datetime, discriminator: str, since: datetime | None = None) -> None:
+               time: datetime, discriminator: str, since: datetime | None = None,
+               node: str = "") -> str | None:
+    """Returns the incident the symptom went to."""
     book, rules = d.book, d.rules
     klass = rules.klass(rule.klass)
     current = book.by_attempt.get(key)
@@ -52,8 +58,8 @@ def on_symptom(d: Detector, event: Event | None, rule: SymptomRule, key: Attempt
         if event is not None and book.room(key, event.type, rules.max_symptom_evidence):
             d.evidence(current, event, "symptom", rule.why, rule.name, key)
         reclassify(d, current, rule, time, key)
-        return
-    found = find(d, key, time, since)
+        return current
+    found = find(d, key, time, since, node)
     if found is not None:
         signal, relation, path = found
         inc_id = book.open.get(signal.key)
@@ -83,6 +89,7 @@ def on_symptom(d: Detector, event: Event | None, rule: SymptomRule, key: Attempt
     from processors.incidents import impact
 
     impact.impacted(d, inc_id, key, time, rule.name, role=klass.impact, event=event)
+    return inc_id
 
 
 def own(d: Detector, inc_id: str, rule: SymptomRule, key: AttemptKey, time: datetime,

@@ -31,8 +31,8 @@ def track(d: Detector, event: Event) -> None:
         progress.last_step_event = event.id
         slowdown.arm_hang(d, progress, key)
         step_time = attrs.get("step_time_s")
-        if isinstance(step_time, int | float):
-            slowdown.fail_slow(d, event, key, progress, float(step_time))
+        if isinstance(step_time, int | float) and not isinstance(step_time, bool):
+            slowdown.sample(d, event, key, progress, float(step_time))
         failure_step(d, event, key, attrs["step"], "progress")
         progressed(d, event, key, attrs["step"])
     elif event.type in ("job.failed", "job.worker_exited") and \
@@ -48,6 +48,12 @@ def track(d: Detector, event: Event) -> None:
         restored(d, event, key, attrs["step"])
     elif event.type == "job.started":
         restarted(d, event, key)
+    if event.type in _ENDED:
+        slowdown.attempt_ended(d, key, event.time)
+
+
+_ENDED = frozenset({"job.completed", "job.failed", "job.cancelled", "job.timeout",
+                    "job.requeued", "job.preempted"})
 
 
 def _pending(d: Detector, key: AttemptKey) -> list[tuple[str, AttemptKey]]:

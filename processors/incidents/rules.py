@@ -148,11 +148,14 @@ class Hang(_Strict):
 
 class FailSlow(_Strict):
     ratio: float = Field(default=1.1, gt=1.0)
-    """Slower than this many times the attempt's own baseline step time (1.1 = 10 %)."""
+    """Slower than this many times the attempt's own recent baseline (1.1 = 10 %)."""
     for_s: float = Field(default=600, gt=0)
     baseline_steps: int = Field(default=5, ge=1)
+    """Normal samples that make the baseline (the median of the most recent ones)."""
     klass: str = Field(default="fail_slow", alias="class")
     rank: int = Field(default=10, ge=0, le=100)
+    straggler_class: str = "straggler"
+    """The class of a node whose ranks are slower than the rest of the job's."""
 
 
 class Progress(_Strict):
@@ -227,7 +230,8 @@ class Rules(_Strict):
         named = [(f"signals.{i}.class", r.klass) for i, r in enumerate(self.signals)]
         named += [(f"symptoms.{i}.class", r.klass) for i, r in enumerate(self.symptoms)]
         named += [("progress.hang.class", self.progress.hang.klass),
-                  ("progress.fail_slow.class", self.progress.fail_slow.klass)]
+                  ("progress.fail_slow.class", self.progress.fail_slow.klass),
+                  ("progress.fail_slow.straggler_class", self.progress.fail_slow.straggler_class)]
         named += [(f"routing.rules.{i}.classes", c) for i, r in enumerate(self.routing.rules)
                   for c in r.classes]
         for where, klass in named:

@@ -126,17 +126,27 @@ def library() -> list[Path]:
 # --- running and checking ---------------------------------------------------------------------
 
 
-def run(scenario: Scenario, batch: int = 1) -> tuple[list[IncidentEvent], Any]:
-    """Arrival order, `batch` events at a time, through the shared pipeline."""
+def topology(scenario: Scenario) -> dict[str, Any]:
+    """The scenario's wiring as a topology file: the sample fat tree, with its GPU table."""
     from jobtrail import sample
-    from processors.pipeline import Pipeline
-    from processors.topology import Topology
-    from schemas.topology import TopologyFile
 
     spec = sample.topology()
     spec["gpu_pci"] = scenario.raw.get("gpu_pci", {})
-    wiring = Topology.from_file(TopologyFile.model_validate(spec))
-    pipeline = Pipeline(timedelta(seconds=30), wiring, rules=scenario.rules)
+    return spec
+
+
+def wiring(scenario: Scenario) -> Any:
+    from processors.topology import Topology
+    from schemas.topology import TopologyFile
+
+    return Topology.from_file(TopologyFile.model_validate(topology(scenario)))
+
+
+def run(scenario: Scenario, batch: int = 1) -> tuple[list[IncidentEvent], Any]:
+    """Arrival order, `batch` events at a time, through the shared pipeline."""
+    from processors.pipeline import Pipeline
+
+    pipeline = Pipeline(timedelta(seconds=30), wiring(scenario), rules=scenario.rules)
     log: list[IncidentEvent] = []
     for i in range(0, len(scenario.events), batch):
         log.extend(pipeline.process(scenario.events[i:i + batch]).incidents)
