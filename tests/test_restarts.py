@@ -12,6 +12,7 @@ final incident log must equal the uninterrupted run's, event for event.
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 import uuid
 from datetime import UTC, datetime
@@ -113,7 +114,7 @@ pieces = st.lists(
 
 
 @given(pieces)
-@settings(max_examples=20, deadline=None,
+@settings(max_examples=int(os.environ.get("JOBTRAIL_RESTART_EXAMPLES", "20")), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 def test_the_incident_log_is_a_function_of_the_records(chdb_path: Path,
                                                        plan: list[tuple[int, int, int, str]],

@@ -64,7 +64,7 @@ def stats(home: Path) -> dict[str, Any]:
 
 def incident_logs(home: Path) -> dict[str, list[tuple[int, str, Any]]]:
     """Every incident's log as (seq, kind, data), by incident id (operator view)."""
-    listed = cli(home, "incidents", "--json").stdout.splitlines()
+    listed = cli(home, "incidents", "--all", "--json").stdout.splitlines()
     out = {}
     for line in listed:
         incident_id = json.loads(line)["incident_id"]
