@@ -470,13 +470,16 @@ def kafka_status(directory: Path) -> None:
 
 
 def _register() -> None:
-    from jobtrail import cli_grafana, cli_incidents
+    from jobtrail import cli_grafana, cli_incidents, cli_postmortem
 
     main.add_command(cli_grafana.dashboards)
     main.add_command(cli_grafana.access)
     main.add_command(cli_incidents.incidents)
     main.add_command(cli_incidents.incident)
     main.add_command(cli_incidents.replay)
+    main.add_command(cli_postmortem.postmortem)
+    main.add_command(cli_postmortem.followups)
+    main.add_command(cli_postmortem.scenario)
 
 
 _register()

@@ -181,14 +181,16 @@ for _name, _cmd, _doc in [("ack", "ack", "Acknowledge: someone is on it."),
 
 @incident.command("close")
 @click.argument("incident_id")
-@click.option("--force", is_flag=True, help="Close with follow-up actions still open")
+@click.option("--force", is_flag=True, help="Close with the commander checklist still open")
+@click.option("--reason", default="", help="Why (required with --force: it is the waiver)")
 @_BY
 @_ID
 @click.pass_context
-def close(ctx: click.Context, incident_id: str, force: bool, by: str,
+def close(ctx: click.Context, incident_id: str, force: bool, reason: str, by: str,
           command_id: str | None) -> None:
-    """Close a resolved incident (follow-up actions done, or --force)."""
-    _command(ctx, incident_id, "close", by, {"force": True} if force else {}, command_id)
+    """Close a resolved incident (the checklist done: `jobtrail postmortem show`)."""
+    data: dict[str, Any] = {"force": True, "reason": reason} if force else {}
+    _command(ctx, incident_id, "close", by, data, command_id)
 
 
 @incident.command("assign")

@@ -294,15 +294,48 @@ class Store:
             self._insert_json(table, [to_json(r) for r in rows], token)
 
     def load_incident_log(self) -> list[IncidentEvent]:
+        return self._log_events(self._dicts(
+            "SELECT id, incident_id, seq, kind, time, actor_kind, actor, rule, data, "
+            "command_id FROM incident_log FINAL ORDER BY incident_id, seq"))
+
+    @staticmethod
+    def _log_events(rows: list[dict[str, Any]]) -> list[IncidentEvent]:
         from processors.incidents.model import Actor
 
-        rows = self._dicts("SELECT id, incident_id, seq, kind, time, actor_kind, actor, rule, "
-                           "data, command_id FROM incident_log FINAL ORDER BY incident_id, seq")
         return [IncidentEvent(id=r["id"], incident_id=r["incident_id"], seq=r["seq"],
                               kind=r["kind"], time=r["time"],
                               actor=Actor(kind=r["actor_kind"], name=r["actor"], rule=r["rule"]),
                               data=json.loads(r["data"]), command_id=r["command_id"])
                 for r in rows]
+
+    def incident_log(self, incident_id: str) -> list[IncidentEvent]:
+        """One incident's log, in order (the postmortem is folded from it on read)."""
+        return self._log_events(self._dicts(
+            "SELECT id, incident_id, seq, kind, time, actor_kind, actor, rule, data, command_id "
+            "FROM incident_log FINAL WHERE incident_id = {id:String} ORDER BY seq",
+            id=incident_id))
+
+    def followups(self, projects: Sequence[str] | None, *, team: str = "",
+                  overdue_on: str = "", status: str = "") -> list[dict[str, Any]]:
+        """Follow-up actions across incidents, bound to the caller's projects (an action
+        shows when its incident touches them or it was added by them); `overdue_on` (an ISO
+        date) keeps those still open and due before it."""
+        return self._dicts(
+            "SELECT a.incident_id AS incident_id, a.action_id AS action_id, a.title AS title, "
+            "a.owner AS owner, a.status AS status, a.due AS due, a.kind AS kind, "
+            "a.priority AS priority, a.tracker AS tracker, i.severity AS severity, "
+            "i.class AS class, i.entity AS entity "
+            "FROM (SELECT * FROM actions FINAL) AS a "
+            "INNER JOIN (SELECT incident_id, severity, class, entity, projects FROM incidents "
+            "FINAL) AS i ON a.incident_id = i.incident_id "
+            "WHERE ({all:Bool} OR hasAny(i.projects, {projects:Array(String)}) "
+            "OR hasAny(a.projects, {projects:Array(String)})) "
+            "AND ({team:String} = '' OR a.owner = {team:String}) "
+            "AND ({status:String} = '' OR a.status = {status:String}) "
+            "AND ({overdue:String} = '' OR (a.status IN ('open', 'proposed') AND a.due != '' "
+            "AND a.due < {overdue:String})) ORDER BY a.owner, a.due, a.incident_id, a.action_id",
+            all=projects is None, projects=list(projects or []), team=team, status=status,
+            overdue=overdue_on)
 
     def replay_incidents(self) -> tuple[int, int]:
         """Rebuild every incident projection from the log; returns (events, incidents)."""

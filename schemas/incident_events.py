@@ -25,8 +25,12 @@ class Payload(BaseModel):
     schema_version: int = 1
 
     def data(self) -> dict[str, Any]:
-        """The JSON object stored in `incident_log.data` (set fields only: compact)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        """The JSON object stored in `incident_log.data` (set fields only: compact; the
+        schema version whenever it is past 1, so a reader knows not to upcast it)."""
+        out = self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        if self.VERSION > 1:
+            out["schema_version"] = self.VERSION
+        return out
 
 
 class JobRef(BaseModel):
@@ -198,13 +202,78 @@ class Reopened(Payload):
 
 
 class PostmortemDrafted(Payload):
+    """The machine's sections of a postmortem, computed from the incident at log position
+    `position` with the template `template` (a digest). Folding it refreshes the auto
+    sections; a section people edited keeps their text and is marked stale when the facts
+    under it changed (docs/postmortems.md)."""
+
     KIND = "postmortem_drafted"
+    VERSION = 2
+    schema_version: int = 2
+    sections: dict[str, str] = Field(default_factory=dict)
+    position: int = 0
+    template: str = ""
+    owner: str = ""
+    due: str = ""
+
+
+def _drafted_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 carried one free text: it becomes the summary, written by a person."""
+    text = data.get("text") or ""
+    return {"sections": {}, "human": {"summary": text} if text else {}}
+
+
+class PostmortemSectionEdited(Payload):
+    KIND = "postmortem_section_edited"
+    section: str
     text: str = ""
+
+
+class PostmortemReviewRequested(Payload):
+    KIND = "postmortem_review_requested"
+    reviewers: list[str] = Field(default_factory=list)
+
+
+class PostmortemChangesRequested(Payload):
+    KIND = "postmortem_changes_requested"
+    comment: str = ""
+
+
+class PostmortemApproved(Payload):
+    KIND = "postmortem_approved"
+    comment: str = ""
 
 
 class PostmortemPublished(Payload):
+    """Published: `digest` is the sha256 of the Markdown as published (v1: a free text)."""
+
     KIND = "postmortem_published"
-    text: str = ""
+    VERSION = 2
+    schema_version: int = 2
+    digest: str = ""
+
+
+def _published_v1(data: dict[str, Any]) -> dict[str, Any]:
+    text = data.get("text") or ""
+    return {"human": {"summary": text} if text else {}}
+
+
+class PostmortemWaived(Payload):
+    KIND = "postmortem_waived"
+    reason: str = Field(min_length=1)
+
+
+class LearningRecorded(Payload):
+    """What the cluster learned: a failure sample (a replayable scenario file), a monitor (a
+    rules change checked by replaying the sample) or a runbook entry, with the check that
+    was run; or the reason none will be made."""
+
+    KIND = "learning_recorded"
+    learning: str  # sample, monitor, runbook
+    path: str = ""
+    digest: str = ""
+    check: str = ""
+    reason: str = ""
 
 
 class ActionAdded(Payload):
@@ -256,9 +325,14 @@ PAYLOADS: dict[str, type[Payload]] = {cls.KIND: cls for cls in (
     CauseUpdated, SeverityChanged,
     OwnerAssigned, Acknowledged, CommanderAssigned, NoteAdded, Mitigated, RecoveryObserved,
     RecoveryVerified, ImpactAssessed, Resolved, Reopened, PostmortemDrafted,
-    PostmortemPublished, ActionAdded, ActionProposed, ActionUpdated, Closed)}
+    PostmortemSectionEdited, PostmortemReviewRequested, PostmortemChangesRequested,
+    PostmortemApproved, PostmortemPublished, PostmortemWaived, LearningRecorded,
+    ActionAdded, ActionProposed, ActionUpdated, Closed)}
 
-UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ("postmortem_drafted", 1): _drafted_v1,
+    ("postmortem_published", 1): _published_v1,
+}
 """(kind, stored version) -> a function returning the next version's data."""
 
 

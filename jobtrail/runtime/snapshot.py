@@ -50,6 +50,7 @@ def fingerprint() -> str:
     """A digest of the shapes of every class the state is made of."""
     from processors import attempts, pipeline, timeline, topology
     from processors.incidents import book, model
+    from processors.postmortem import state as postmortem
     from schemas.events import Event
 
     fresh = pipeline.Pipeline()
@@ -63,7 +64,8 @@ def fingerprint() -> str:
         ("Incident", _shape(model.Incident)), ("JobImpact", _shape(model.JobImpact)),
         ("Evidence", _shape(model.Evidence)), ("Action", _shape(model.Action)),
         ("Signal", _shape(book.Signal)), ("Progress", _shape(book.Progress)),
-        ("Event", _shape(Event)),
+        ("Event", _shape(Event)), ("Postmortem", _shape(postmortem.Postmortem)),
+        ("Section", _shape(postmortem.Section)), ("Learning", _shape(postmortem.Learning)),
     ]:
         parts.append(f"{name}:{','.join(shape)}")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]

@@ -152,10 +152,13 @@ class Book:
     def command(self, command: Command) -> list[IncidentEvent]:
         """A person's or team's request: validated, then logged (InvalidTransition says
         why not); a command id seen before returns []."""
+        from processors.postmortem.commands import decide
+
         state = self.incidents.get(command.incident_id)
         if state is not None and command.command_id in state.commands:
             return []
-        event = new_event(state, command.incident_id, command.payload(), command.time,
+        payload = decide(command, state, self.incidents)
+        event = new_event(state, command.incident_id, payload, command.time,
                           command.actor, command.command_id, command.command_id)
         self.out = []
         self.record(event)

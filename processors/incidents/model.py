@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from processors.postmortem import state as postmortem
+from processors.postmortem.state import Postmortem, PostmortemRefused
 from schemas import incident_events as ev
 from schemas.incident_events import PAYLOADS, Payload, parse
 
@@ -39,8 +41,10 @@ _FROM: dict[str, tuple[str, ...]] = {
 }
 _TO = {"acknowledged": "acknowledged", "mitigated": "mitigated", "resolved": "resolved",
        "reopened": "open", "closed": "closed"}
-_AFTER_CLOSE = {"note_added", "action_updated", "postmortem_published", "action_added",
-                "action_proposed"}
+_AFTER_CLOSE = {"note_added", "action_updated", "action_added", "action_proposed",
+                "postmortem_drafted", "postmortem_section_edited",
+                "postmortem_review_requested", "postmortem_changes_requested",
+                "postmortem_approved", "postmortem_published", "learning_recorded"}
 ACTION_STATUSES = ("proposed", "open", "done", "not_doing", "dismissed")
 _ACTION_DONE = {"done", "not_doing", "dismissed"}
 
@@ -191,6 +195,7 @@ class Incident:
     cause_event: str = ""
     cause_source: str = ""  # signal (the entity's own), infrastructure (linked to a job), job
     cause_rank: int | None = None
+    cause_at: datetime | None = None
     confidence: float = 0.0
     explanation: str = ""
     severity: str = "sev4"
@@ -213,8 +218,8 @@ class Incident:
     notes: tuple[str, ...] = ()
     charged_gpu_hours: float = 0.0  # loss charged here by other incidents (checkpoints)
     linked: tuple[str, ...] = ()  # incidents a standing incident links
-    postmortem: str = ""
-    postmortem_status: str = ""
+    pm: Postmortem = field(default_factory=Postmortem)
+    people: set[str] = field(default_factory=set)  # the persons in the log (blameless check)
     flags: set[str] = field(default_factory=set)  # repeat, no_restart, duplicate_run, ...
     commands: set[str] = field(default_factory=set)
     applied: set[str] = field(default_factory=set)
@@ -268,6 +273,8 @@ def apply(state: Incident | None, event: IncidentEvent) -> Incident:
     inc.seq = max(inc.seq, event.seq)
     if event.command_id:
         inc.commands.add(event.command_id)
+    if event.actor.kind == "person":
+        inc.people.add(event.actor.name)
     try:
         payload = event.payload()
     except (KeyError, ValidationError):
@@ -350,7 +357,7 @@ def _(p: ev.ImpactAssessed, inc: Incident, event: IncidentEvent) -> None:
 def _(p: ev.CauseUpdated, inc: Incident, event: IncidentEvent) -> None:
     inc.cause_class, inc.cause_entity, inc.cause_event = p.klass, p.entity, p.event_id
     inc.cause_source, inc.confidence, inc.explanation = p.source, p.confidence, p.explanation
-    inc.cause_rank = p.rank
+    inc.cause_rank, inc.cause_at = p.rank, event.time
     inc.klass = p.klass or inc.klass
     inc.entity = p.entity or inc.entity
 
@@ -368,6 +375,7 @@ def _(p: ev.OwnerAssigned, inc: Incident, event: IncidentEvent) -> None:
 @_evolve.register
 def _(p: ev.CommanderAssigned, inc: Incident, event: IncidentEvent) -> None:
     inc.commander = p.person
+    inc.people.add(p.person)
 
 
 @_evolve.register
@@ -411,14 +419,11 @@ def _(p: ev.ActionUpdated, inc: Incident, event: IncidentEvent) -> None:
     inc.actions[p.action_id] = replace(old, **changed)
 
 
-@_evolve.register
-def _(p: ev.PostmortemDrafted, inc: Incident, event: IncidentEvent) -> None:
-    inc.postmortem, inc.postmortem_status = p.text or inc.postmortem, "draft"
-
-
-@_evolve.register
-def _(p: ev.PostmortemPublished, inc: Incident, event: IncidentEvent) -> None:
-    inc.postmortem, inc.postmortem_status = p.text or inc.postmortem, "published"
+for _pm_cls in (ev.PostmortemDrafted, ev.PostmortemSectionEdited, ev.PostmortemReviewRequested,
+             ev.PostmortemChangesRequested, ev.PostmortemApproved, ev.PostmortemPublished,
+             ev.PostmortemWaived, ev.LearningRecorded):
+    _evolve.register(_pm_cls, lambda p, inc, event: postmortem.fold(inc.pm, p, event.actor.name,
+                                                                 event.time))
 
 
 def fold(events: list[IncidentEvent]) -> dict[str, Incident]:
@@ -431,8 +436,9 @@ def fold(events: list[IncidentEvent]) -> dict[str, Incident]:
 # --- deciding -------------------------------------------------------------------------------
 
 
-def check(state: Incident | None, payload: Payload) -> None:
-    """Raise InvalidTransition when `payload` is not allowed from the current state."""
+def check(state: Incident | None, payload: Payload, actor: Actor | None = None) -> None:
+    """Raise InvalidTransition when `payload` is not allowed from the current state (or by
+    this actor: a postmortem's approver is not its author)."""
     kind = payload.KIND
     if kind == "opened":
         if state is not None and state.opened_at is not None:
@@ -456,15 +462,26 @@ def check(state: Incident | None, payload: Payload) -> None:
                                     f"{', '.join(ACTION_STATUSES)}")
         if payload.status in ("not_doing", "dismissed") and not payload.reason:
             raise InvalidTransition(f"{payload.status} needs a reason")
-    if isinstance(payload, ev.Closed) and not payload.force and any(
-            a.status in ("open",) for a in state.actions.values()):
-        raise InvalidTransition("open follow-up actions remain (close them or pass force)")
+    if kind.startswith("postmortem_") or kind == "learning_recorded":
+        try:
+            postmortem.check(state.pm, payload, actor.name if actor else "", state.severity)
+        except PostmortemRefused as exc:
+            raise InvalidTransition(str(exc)) from None
+    if isinstance(payload, ev.Closed):
+        from processors.postmortem.checklist import blocking
+
+        still = blocking(state)
+        if payload.force and not payload.reason:
+            raise InvalidTransition("a forced close waives the checklist: give a reason")
+        if still and not payload.force:
+            raise InvalidTransition(f"the commander checklist is open: {', '.join(still)} "
+                                    "(finish it, or force the close with a reason)")
 
 
 def new_event(state: Incident | None, incident: str, payload: Payload, time: datetime,
               actor: Actor, discriminator: str, command_id: str = "") -> IncidentEvent:
     """A validated event for `incident`, numbered after the state's last seq."""
-    check(state, payload)
+    check(state, payload, actor)
     event = IncidentEvent(id=event_id(incident, payload.KIND, discriminator),
                           incident_id=incident, seq=(state.seq if state else 0) + 1,
                           kind=payload.KIND, time=time, actor=actor, data=payload.data(),
@@ -482,10 +499,16 @@ COMMANDS: dict[str, type[Payload]] = {
     "add_action": ev.ActionAdded, "update_action": ev.ActionUpdated,
     "accept_action": ev.ActionUpdated, "dismiss_action": ev.ActionUpdated,
     "draft_postmortem": ev.PostmortemDrafted, "publish_postmortem": ev.PostmortemPublished,
+    "edit_postmortem": ev.PostmortemSectionEdited, "request_review": ev.PostmortemReviewRequested,
+    "request_changes": ev.PostmortemChangesRequested,
+    "approve_postmortem": ev.PostmortemApproved, "waive_postmortem": ev.PostmortemWaived,
+    "record_learning": ev.LearningRecorded,
 }
 CommandName = Literal["ack", "assign", "commander", "note", "mitigate", "resolve", "reopen",
                       "close", "severity", "add_action", "update_action", "accept_action",
-                      "dismiss_action", "draft_postmortem", "publish_postmortem"]
+                      "dismiss_action", "draft_postmortem", "publish_postmortem",
+                      "edit_postmortem", "request_review", "request_changes",
+                      "approve_postmortem", "waive_postmortem", "record_learning"]
 
 
 class Command(BaseModel):

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from processors.incidents.model import Incident, IncidentEvent
+from processors.postmortem.checklist import postmortem_due
 
 
 def _t(value: datetime | None) -> str | None:
@@ -41,7 +42,8 @@ def incident_row(inc: Incident) -> dict[str, Any]:
         "impacted_gpus": sum(j.gpus for j in inc.jobs.values() if j.role == "failed"),
         "lost_gpu_hours": inc.lost_gpu_hours, "lost_steps": inc.lost_steps,
         "recovery": inc.recovery, "projects": inc.projects, "flags": sorted(inc.flags),
-        "linked": list(inc.linked),
+        "linked": list(inc.linked), "postmortem_status": inc.pm.status,
+        "postmortem_owner": inc.pm.owner, "postmortem_due": postmortem_due(inc) or inc.pm.due,
     }
 
 

@@ -1,0 +1,329 @@
+"""A postmortem drafted from the facts: the incident's state in, Markdown sections out.
+
+Pure and deterministic: the same incident (the same log folded) and the same template give
+byte-identical text, with no clock and no ordering left to dicts. Everything that came
+from outside (entity names, evidence texts, job ids) is escaped for Markdown, so an event
+message can neither break a table nor smuggle markup (the HTML rendering sanitises again).
+`followups` and `learnings` are rendered live from the state at render time; the other
+auto sections are what the last `postmortem_drafted` stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import jinja2
+
+from processors.postmortem.state import LEARNINGS, SECTIONS, TITLES, Postmortem
+
+if TYPE_CHECKING:
+    from processors.incidents.model import Evidence, Incident
+
+TEMPLATE_PATH = Path(__file__).with_name("postmortem.md.j2")
+TEMPLATE_DIGEST = hashlib.sha256(TEMPLATE_PATH.read_bytes()).hexdigest()[:12]
+LIVE = ("followups", "learnings")
+TIMELINE_LINES = 40
+
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_{}[]<>()#+!|~"})
+
+
+def esc(text: object, limit: int = 300) -> str:
+    """Untrusted text as literal Markdown on one line."""
+    flat = " ".join(str(text).split())
+    if len(flat) > limit:
+        flat = flat[:limit - 1] + "…"
+    return flat.translate(_MD_SPECIAL)
+
+
+def code(text: object) -> str:
+    """An identifier in backticks (backticks inside it removed)."""
+    return "`" + " ".join(str(text).split()).replace("`", "'")[:200] + "`"
+
+
+def when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%SZ") if value else "—"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    sign, s = ("-" if seconds < 0 else ""), round(abs(seconds))
+    days, rest = divmod(s, 86400)
+    h, rest = divmod(rest, 3600)
+    m, sec = divmod(rest, 60)
+    parts = [f"{days}d"] * bool(days) + [f"{h}h"] * bool(h) + [f"{m}m"] * bool(m)
+    return sign + (" ".join(parts + [f"{sec}s"] * bool(sec or not parts)))
+
+
+def gpu_h(value: float) -> str:
+    return f"{value:,.1f}"
+
+
+def _between(start: datetime | None, end: datetime | None) -> float | None:
+    return (end - start).total_seconds() if start and end else None
+
+
+# --- the sections ---------------------------------------------------------------------------
+
+
+def _failed(inc: Incident) -> list:  # type: ignore[type-arg]
+    return sorted((j for j in inc.jobs.values() if j.role == "failed"), key=lambda j: j.key)
+
+
+def summary(inc: Incident) -> str:
+    jobs = {(j.project, j.job_id) for j in inc.jobs.values() if j.role != "linked"}
+    gpus = sum(j.gpus for j in inc.jobs.values() if j.role == "failed")
+    cause = esc(inc.explanation.rstrip(". ")) if inc.explanation else \
+        "the cause is not established"
+    what = (f"{len(jobs)} job(s) were hit ({gpus} GPUs failed); "
+            f"{gpu_h(inc.lost_gpu_hours)} GPU-hours were lost") if jobs else "no job was hit"
+    recovery = f" Recovery: {inc.recovery.replace('_', ' ')}." if inc.recovery else ""
+    return (f"On {when(inc.first_signal_at)[:10]}, a {esc(inc.klass)} incident on "
+            f"{code(inc.entity)}: {cause}. {what[0].upper()}{what[1:]}.{recovery}")
+
+
+def header(inc: Incident, owner: str) -> str:
+    rows = [
+        ("Incident", f"{code(inc.id)} {esc(inc.title)}"),
+        ("Class", esc(inc.klass)),
+        ("Entity", code(inc.entity)),
+        ("Owner", f"{esc(inc.owner or 'unassigned')} (rule {code(inc.owner_rule or 'none')}: "
+                  f"{esc(inc.owner_why or 'no reason recorded')})"),
+        ("Commander", esc(inc.commander or "not named")),
+        ("Postmortem owner", esc(owner or "not named")),
+        ("Severity", f"{esc(inc.severity)}: {esc(inc.severity_why or 'no reason recorded')}"),
+        ("Confidence", f"{inc.confidence:.2f}"),
+        ("Status", f"{inc.status} (opened {when(inc.opened_at)}, resolved "
+                   f"{when(inc.resolved_at)})"),
+        ("Detected by", f"rule {code(inc.rule or 'manual')}"),
+    ]
+    return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def impact(inc: Incident) -> str:
+    jobs = sorted(inc.jobs.values(), key=lambda j: (j.role != "failed", j.key))
+    if not jobs:
+        return "No job was impacted." + (
+            f" {gpu_h(inc.charged_gpu_hours)} GPU-hours were charged here from other "
+            "incidents." if inc.charged_gpu_hours else "")
+    head = ("| Job | Attempt | Role | GPUs | Failure step | Last checkpoint | Checkpoint age "
+            "at failure | Steps lost | GPU-h lost | rework | downtime | restore | recompute |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for j in jobs:
+        def part(seconds: float, gpus: int = j.gpus) -> str:
+            return gpu_h(gpus * seconds / 3600)
+        age = _between(j.last_checkpoint_at, j.failed_at)
+        lines.append(
+            f"| {code(j.project + '/' + j.job_id)} | {j.attempt} | {j.role} | {j.gpus} | "
+            f"{'—' if j.failure_step is None else j.failure_step} | "
+            f"{'—' if j.last_checkpoint_step is None else j.last_checkpoint_step} | "
+            f"{duration(age)} | {j.lost_steps} | {gpu_h(j.lost_gpu_hours)} | "
+            f"{part(j.rework_s)} | {part(j.downtime_s)} | {part(j.restore_s)} | "
+            f"{part(j.recompute_s)} |")
+    failed = _failed(inc)
+
+    def total(name: str) -> str:
+        return gpu_h(sum(j.gpus * getattr(j, name) for j in inc.jobs.values()) / 3600)
+    ages = [a for a in (_between(j.last_checkpoint_at, j.failed_at) for j in failed)
+            if a is not None]
+    restarts = sum(1 for j in failed if j.restarted_attempt is not None)
+    lines += ["", f"- Jobs: {len({(j.project, j.job_id) for j in jobs if j.role != 'linked'})}"
+              f"; GPUs failed: {sum(j.gpus for j in failed)}",
+              f"- Lost GPU-hours: {gpu_h(inc.lost_gpu_hours)} = rework {total('rework_s')} + "
+              f"downtime {total('downtime_s')} + restore {total('restore_s')} + recompute "
+              f"{total('recompute_s')} + degraded {total('degraded_s')} + charged from other "
+              f"incidents {gpu_h(inc.charged_gpu_hours)}",
+              f"- Restarts: {restarts} of {len(failed)} failed attempt(s); steps lost: "
+              f"{inc.lost_steps}",
+              f"- Oldest checkpoint at failure: {duration(max(ages)) if ages else '—'}"]
+    return "\n".join(lines)
+
+
+def _latest(values: Iterable[datetime | None]) -> datetime | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def first_signal(inc: Incident) -> datetime | None:
+    times = [e.time for e in inc.evidence.values()]
+    return min([*times, inc.first_signal_at] if inc.first_signal_at else times, default=None)
+
+
+def timings(inc: Incident) -> str:
+    start = first_signal(inc)
+    failed = _failed(inc)
+    milestones = [
+        ("First signal", start),
+        ("Detected (incident opened)", inc.opened_at),
+        ("Localised (cause identified)", inc.cause_at),
+        ("Acknowledged", inc.acknowledged_at),
+        ("Mitigated", inc.mitigated_at),
+        ("Progress resumed", _latest(j.resumed_at for j in failed)
+         if failed and all(j.resumed_at for j in failed) else None),
+        ("Recovery verified", _latest(j.verified_at for j in failed)
+         if failed and all(j.verified_at for j in failed) else None),
+        ("Resolved", inc.resolved_at),
+    ]
+    rows = [f"| {name} | {when(at)} | {duration(_between(start, at))} |"
+            for name, at in milestones]
+    return "| Milestone | At | After the first signal |\n|---|---|---|\n" + "\n".join(rows)
+
+
+def _grouped(evidence: list[Evidence]) -> list[tuple[datetime, str]]:
+    """Consecutive evidence of one type and role folded into one line (a 64-rank storm is
+    one line with a count)."""
+    out: list[tuple[datetime, str]] = []
+    run: list[Evidence] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        e = run[0]
+        entities = sorted({x.entity for x in run if x.entity})
+        where = code(entities[0]) if len(entities) == 1 else (
+            f"{len(entities)} entities ({', '.join(code(x) for x in entities[:3])}"
+            f"{', …' if len(entities) > 3 else ''})" if entities else "")
+        count = f"{len(run)} x " if len(run) > 1 else ""
+        span = f" until {when(run[-1].time)[11:]}" if len(run) > 1 else ""
+        why = f": {esc(e.why, 160)}" if e.why else ""
+        on = f" on {where}" if where else ""
+        out.append((e.time, f"**{e.role}** {count}{code(e.type)}{on}{span}{why}"))
+        run.clear()
+
+    for e in evidence:
+        if run and (run[-1].type, run[-1].role) != (e.type, e.role):
+            flush()
+        run.append(e)
+    flush()
+    return out
+
+
+def timeline(inc: Incident) -> str:
+    evidence = sorted(inc.evidence.values(), key=lambda e: (e.time, e.event_id))
+    lines = _grouped(evidence)
+    marks: list[tuple[datetime | None, str]] = [
+        (inc.opened_at, f"incident opened by rule {code(inc.rule or 'manual')}"),
+        (inc.cause_at, f"cause identified: {esc(inc.cause_class or inc.klass)} on "
+                       f"{code(inc.cause_entity or inc.entity)}"),
+        (inc.acknowledged_at, "acknowledged"), (inc.mitigated_at, "mitigated"),
+        (inc.resolved_at, "resolved")]
+    for j in _failed(inc):
+        name = code(f"{j.project}/{j.job_id}")
+        marks += [(j.failed_at, f"{name} attempt {j.attempt} failed"
+                   + (f" at step {j.failure_step}" if j.failure_step is not None else "")),
+                  (j.restarted_at, f"{name} restarted as attempt {j.restarted_attempt}"),
+                  (j.resumed_at, f"{name} progress resumed"),
+                  (j.verified_at, f"{name} recovery verified (past step {j.failure_step})")]
+    lines += [(at, f"*milestone* {text}") for at, text in marks if at is not None]
+    lines.sort(key=lambda x: x[0])
+    shown = lines[:TIMELINE_LINES]
+    out = [f"- {when(at)} {text}" for at, text in shown]
+    if len(lines) > len(shown):
+        out.append(f"- … {len(lines) - len(shown)} more lines (`jobtrail incident show "
+                   f"{inc.id}`)")
+    return "\n".join(out) if out else "No evidence recorded."
+
+
+def trigger(inc: Incident) -> str:
+    if not inc.cause_class:
+        return "The machine did not establish a cause; people should say what triggered it."
+    lines = [f"**{esc(inc.cause_class)}** on {code(inc.cause_entity)} (confidence "
+             f"{inc.confidence:.2f}, from {esc(inc.cause_source or 'signal')} evidence): "
+             f"{esc(inc.explanation.rstrip('. ') or 'no explanation')}."]
+    cause = inc.evidence.get(inc.cause_event)
+    if cause is not None:
+        lines.append(f"\nDeciding evidence: {code(cause.type)} from {esc(cause.source)} at "
+                     f"{when(cause.time)}" + (f": {esc(cause.why)}" if cause.why else ""))
+    return "\n".join(lines)
+
+
+def prior(inc: Incident, incidents: Mapping[str, Incident]) -> str:
+    entities = {x for x in (inc.entity, inc.cause_entity) if x}
+    before = sorted((o for o in incidents.values() if o.id != inc.id and o.opened_at
+                     and inc.opened_at and o.opened_at < inc.opened_at
+                     and ({o.entity, o.cause_entity} & entities)),
+                    key=lambda o: (o.opened_at, o.id), reverse=True)[:10]
+    if not before:
+        return "None on record."
+    return "\n".join(f"- {code(o.id)} opened {when(o.opened_at)}: {esc(o.klass)} on "
+                     f"{code(o.entity)}, {o.status}, {gpu_h(o.lost_gpu_hours)} GPU-h lost"
+                     for o in before)
+
+
+def followups(inc: Incident) -> str:
+    actions = sorted(inc.actions.values(), key=lambda a: a.action_id)
+    if not actions:
+        return "None yet."
+    rows = [f"| {code(a.action_id)} | {esc(a.kind or '—')} | {esc(a.title)} | "
+            f"{esc(a.owner or 'unowned')} | {a.status}"
+            f"{': ' + esc(a.reason) if a.reason else ''} | {esc(a.due or '—')} | "
+            f"{esc(a.tracker or '—')} |" for a in actions]
+    return ("| Id | Kind | Follow-up | Owner | Status | Due | Tracker |\n"
+            "|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+
+
+def learnings(pm: Postmortem) -> str:
+    names = {"sample": "Failure sample", "monitor": "Monitor", "runbook": "Runbook entry"}
+    lines = []
+    for kind in LEARNINGS:
+        got = pm.learnings.get(kind)
+        if got is None:
+            lines.append(f"- {names[kind]}: to do")
+        elif got.path:
+            lines.append(f"- {names[kind]}: {code(got.path)}"
+                         + (f", {esc(got.check)}" if got.check else ""))
+        else:
+            lines.append(f"- {names[kind]}: not made: {esc(got.reason)}")
+    return "\n".join(lines)
+
+
+def sections(inc: Incident, incidents: Mapping[str, Incident], owner: str) -> dict[str, str]:
+    """The machine's sections for `inc` as it is now."""
+    return {"summary": summary(inc), "header": header(inc, owner), "impact": impact(inc),
+            "timings": timings(inc), "timeline": timeline(inc), "trigger": trigger(inc),
+            "prior": prior(inc, incidents), "followups": followups(inc),
+            "learnings": learnings(inc.pm)}
+
+
+# --- the document ---------------------------------------------------------------------------
+
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_PATH.parent),
+                          autoescape=False, keep_trailing_newline=True,  # noqa: S701 Markdown
+                          undefined=jinja2.StrictUndefined)
+
+
+def section_texts(inc: Incident) -> list[dict[str, object]]:
+    """The sections in document order, with provenance, as the document and the page use."""
+    pm = inc.pm
+    out = []
+    for name in SECTIONS:
+        stored = pm.sections.get(name)
+        if name in LIVE and (stored is None or stored.provenance != "human"):
+            text, provenance, position, stale = (
+                followups(inc) if name == "followups" else learnings(pm)), "auto", inc.seq, False
+        elif stored is None:
+            continue
+        else:
+            text, provenance, position, stale = (stored.text, stored.provenance,
+                                                 stored.drafted_from, stored.stale)
+        out.append({"name": name, "title": TITLES[name], "text": text.rstrip("\n"),
+                    "provenance": provenance, "drafted_from": position, "stale": stale,
+                    "edited_by": esc(stored.edited_by) if stored else ""})
+    return out
+
+
+def markdown(inc: Incident) -> str:
+    """The postmortem as Markdown (the canonical export)."""
+    return _ENV.get_template(TEMPLATE_PATH.name).render(
+        incident_id=inc.id, title=esc(inc.title or inc.klass), pm=inc.pm,
+        owner=esc(inc.pm.owner or "not named"),
+        sections=section_texts(inc), template=TEMPLATE_DIGEST)
+
+
+def digest(inc: Incident) -> str:
+    return hashlib.sha256(markdown(inc).encode()).hexdigest()
