@@ -1,7 +1,8 @@
 """HTTP API (described by `openapi.yaml`, served at `/openapi.json`).
 
 Routes by concern: `ingest.py` (events and source payloads in), `reads.py` (timelines,
-membership, entities), `incidents.py` (list, show, commands), `health.py` (probes, metrics,
+membership, entities), `incidents.py` (list, show, commands), `postmortem.py`
+(postmortems, follow-ups, the review page), `health.py` (probes, metrics,
 the document). Every route knows its caller (`common.principal`) and is bound to its
 projects; the runtime behind it (`backend.py`) is the same one the CLI uses.
 """
@@ -14,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from jobtrail.config import Settings
-from jobtrail.http import health, incidents, ingest, reads
+from jobtrail.http import health, incidents, ingest, postmortem, reads
 from jobtrail.http.backend import RuntimeBackend
 from jobtrail.http.common import ADAPTERS, BACKEND, SETTINGS, fail
 
@@ -71,6 +72,12 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
         ("GET", "/v1/incidents", incidents.list_incidents),
         ("GET", "/v1/incidents/{incident_id}", incidents.show_incident),
         ("POST", "/v1/incidents/{incident_id}/commands", incidents.incident_command),
+        ("GET", "/v1/incidents/{incident_id}/postmortem", postmortem.read),
+        ("POST", "/v1/incidents/{incident_id}/postmortem/{verb}", postmortem.command),
+        ("GET", "/v1/followups", postmortem.followups),
+        ("GET", "/incidents/{incident_id}/postmortem", postmortem.page),
+        ("GET", "/ui/{name}", postmortem.static),
+        ("POST", "/ui/login", postmortem.login),
         ("GET", "/livez", health.livez),
         ("GET", "/readyz", health.readyz),
         ("GET", "/healthz", health.readyz),

@@ -28,13 +28,25 @@ def principal(request: web.Request) -> Principal:
     tokens = request.app[SETTINGS].api_tokens
     if not tokens:
         return LOCAL
-    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and presented.strip():
-        offered = presented.strip().encode()
-        for token, grants in tokens.items():
-            if hmac.compare_digest(token.encode(), offered):
-                return Principal.from_grants(token, grants)
-    fail(web.HTTPUnauthorized, "missing or unknown bearer token")
+    header = request.headers.get("Authorization", "")
+    if not header and request.cookies.get("jobtrail_token"):  # the review page's cookie
+        header = "Bearer " + request.cookies["jobtrail_token"]
+    scheme, _, presented = header.partition(" ")
+    found = known(tokens, presented) if scheme.lower() == "bearer" else None
+    if found is None:
+        fail(web.HTTPUnauthorized, "missing or unknown bearer token")
+    return found
+
+
+def known(tokens: dict[str, Any], presented: str) -> Principal | None:
+    """The principal of a configured token (compared in constant time), else None."""
+    offered = presented.strip().encode()
+    if not offered:
+        return None
+    for token, grants in tokens.items():
+        if hmac.compare_digest(token.encode(), offered):
+            return Principal.from_grants(token, grants)
+    return None
 
 
 def query_time(request: web.Request, key: str) -> datetime | None:
