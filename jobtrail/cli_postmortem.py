@@ -176,7 +176,7 @@ def _default_dir(preferred: str, home: Path, fallback: str) -> Path:
 
 def _record(ctx: click.Context, incident_id: str, by: str, learning: str,
             data: dict[str, Any], command_id: str | None) -> None:
-    _command(ctx, incident_id, "record_learning", by, {"learning": learning, **data},
+    _command(ctx, incident_id, "record_learning", by, {**data, "learning": learning},
              command_id)
 
 
@@ -191,7 +191,7 @@ def _record(ctx: click.Context, incident_id: str, by: str, learning: str,
 def sample(ctx: click.Context, incident_id: str, out: Path | None, by: str,
            command_id: str | None) -> None:
     """Cut a replayable failure sample from the incident's events, replay it, record it."""
-    from jobtrail.learn import LearningFailed, write_sample
+    from jobtrail.learn import LearningFailed, learning_data, write_sample
 
     settings = _settings(ctx)
     inc = _state(ctx, incident_id)
@@ -204,8 +204,7 @@ def sample(ctx: click.Context, incident_id: str, out: Path | None, by: str,
     except LearningFailed as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {done.path}: {done.check}")
-    _record(ctx, incident_id, by, "sample", {"path": str(done.path), "digest": done.digest,
-                                             "check": done.check}, command_id)
+    _record(ctx, incident_id, by, "sample", learning_data("sample", done), command_id)
 
 
 @postmortem.command("monitor")
@@ -222,7 +221,7 @@ def monitor(ctx: click.Context, incident_id: str, rules: Path, sample_path: Path
             by: str, command_id: str | None) -> None:
     """Check a rules change against the failure sample (same incident, earlier or with a
     better cause) and record it."""
-    from jobtrail.learn import LearningFailed, check_monitor
+    from jobtrail.learn import LearningFailed, check_monitor, learning_data
 
     inc = _state(ctx, incident_id)
     recorded = inc.pm.learnings.get("sample")
@@ -235,11 +234,11 @@ def monitor(ctx: click.Context, incident_id: str, rules: Path, sample_path: Path
     except LearningFailed as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{rules}: {check}")
-    import hashlib
+    from jobtrail.learn import Outcome, digest_of
 
-    _record(ctx, incident_id, by, "monitor", {
-        "path": str(rules), "digest": hashlib.sha256(rules.read_bytes()).hexdigest()[:16],
-        "check": f"{check} (replayed {path.name})"}, command_id)
+    _record(ctx, incident_id, by, "monitor",
+            learning_data("monitor", Outcome(rules, digest_of(rules),
+                                             f"{check} (replayed {path.name})")), command_id)
 
 
 @postmortem.command("runbook")
@@ -253,14 +252,13 @@ def monitor(ctx: click.Context, incident_id: str, rules: Path, sample_path: Path
 def runbook(ctx: click.Context, incident_id: str, directory: Path | None, by: str,
             command_id: str | None) -> None:
     """Write the incident's section of runbooks/<class>.md and record it."""
-    from jobtrail.learn import write_runbook
+    from jobtrail.learn import learning_data, write_runbook
 
     settings = _settings(ctx)
     done = write_runbook(_state(ctx, incident_id),
                          directory or _default_dir("runbooks", settings.home, "runbooks"))
     click.echo(f"wrote {done.path}: {done.check}")
-    _record(ctx, incident_id, by, "runbook", {"path": str(done.path), "digest": done.digest,
-                                              "check": done.check}, command_id)
+    _record(ctx, incident_id, by, "runbook", learning_data("runbook", done), command_id)
 
 
 @postmortem.command("learning")

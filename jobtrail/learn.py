@@ -41,7 +41,7 @@ class Outcome:
     check: str
 
 
-def _digest(path: Path) -> str:
+def digest_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
@@ -112,7 +112,7 @@ def write_sample(store: Any, inc: Incident, out: Path,
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100))
     check = check_sample(out)
-    return Outcome(out, _digest(out), check)
+    return Outcome(out, digest_of(out), check)
 
 
 def _find(scenario: scenarios.Scenario, want: dict[str, Any]) -> Incident | None:
@@ -130,8 +130,11 @@ def check_monitor(sample: Path, rules: Path) -> str:
     overrides = yaml.safe_load(rules.read_text()) or {}
     if not isinstance(overrides, dict):
         raise LearningFailed(f"{rules}: a rules change is a mapping of rules-file keys")
-    merged = {**(base.raw.get("rules") or {}), **overrides}
-    candidate = scenarios.load_document({**base.raw, "rules": merged}, sample)
+    merged = scenarios.merge_rules(base.raw.get("rules") or {}, overrides)
+    try:
+        candidate = scenarios.load_document({**base.raw, "rules": merged}, sample)
+    except ValueError as exc:  # pydantic's ValidationError names the field
+        raise LearningFailed(f"{rules} is not a valid rules change: {exc}") from None
     (want, *_) = base.expect.get("incidents") or [None]
     if want is None:
         raise LearningFailed(f"{sample} expects no incident to compare")
@@ -151,6 +154,32 @@ def check_monitor(sample: Path, rules: Path) -> str:
     raise LearningFailed(f"with {rules} the incident opens no earlier ({after.opened_at} vs "
                          f"{before.opened_at}) and with no better cause "
                          f"({after.confidence:.2f} vs {before.confidence:.2f})")
+
+
+def write_monitor(sample: Path, rules_text: str, out: Path) -> Outcome:
+    """Check a rules change given as text against the sample, then keep it at `out`."""
+    try:
+        overrides = yaml.safe_load(rules_text)
+    except yaml.YAMLError as exc:
+        raise LearningFailed(f"rules: not YAML: {exc}") from None
+    if not isinstance(overrides, dict):
+        raise LearningFailed("rules: a rules change is a mapping of rules-file keys")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    candidate = out.with_suffix(".checking")
+    candidate.write_text(rules_text)
+    try:
+        check = check_monitor(sample, candidate)
+    except LearningFailed:
+        candidate.unlink()
+        raise
+    candidate.replace(out)
+    return Outcome(out, digest_of(out), f"{check} (replayed {sample.name})")
+
+
+def learning_data(kind: str, done: Outcome) -> dict[str, str]:
+    """The `record_learning` command's data for a made and checked artefact."""
+    return {"learning": kind, "path": str(done.path), "digest": done.digest,
+            "check": done.check}
 
 
 def runbook_entry(inc: Incident) -> str:
@@ -185,4 +214,4 @@ def write_runbook(inc: Incident, directory: Path) -> Outcome:
     text = marker.sub(lambda _m: entry + "\n", text) if marker.search(text) else (
         text.rstrip("\n") + "\n\n" + entry)
     path.write_text(text)
-    return Outcome(path, _digest(path), f"section for {inc.id} in {path.name}")
+    return Outcome(path, digest_of(path), f"section for {inc.id} in {path.name}")

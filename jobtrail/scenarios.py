@@ -102,13 +102,34 @@ def _rules(overrides: dict[str, Any] | None) -> Rules:
     base = load_rules()
     if not overrides:
         return base
-    merged = base.model_dump(by_alias=True)
+    return Rules.model_validate(merge_rules(base.model_dump(by_alias=True), overrides))
+
+
+def _named(items: Any) -> bool:
+    return isinstance(items, list) and all(isinstance(i, dict) and "name" in i for i in items)
+
+
+def merge_rules(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A rules change over the rules file: a mapping merges key by key, a list of named
+    rules (`signals`, ...) by name (an item replaces the fields it names, a new name is
+    appended, `drop: true` removes it), anything else replaces. A monitor is then a few
+    lines: `signals: [{name: ib-port-flap, threshold: {count: 1, window_s: 300}}]`."""
+    merged = dict(base)
     for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
+        old = merged.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            merged[key] = {**old, **value}
+        elif isinstance(old, list) and _named(value) and _named(old):
+            items = {i["name"]: dict(i) for i in old}
+            for item in value:
+                if item.get("drop"):
+                    items.pop(item["name"], None)
+                else:
+                    items[item["name"]] = {**items.get(item["name"], {}), **item}
+            merged[key] = list(items.values())
         else:
             merged[key] = value
-    return Rules.model_validate(merged)
+    return merged
 
 
 def load(path: Path) -> Scenario:

@@ -14,6 +14,7 @@ send (with the cookie's SameSite=Strict, the CSRF defence).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from datetime import UTC, datetime
@@ -27,13 +28,51 @@ from jobtrail.http.incidents import _authorise, scope
 VERBS = {"draft": "draft_postmortem", "edit": "edit_postmortem", "review": "request_review",
          "request-changes": "request_changes", "approve": "approve_postmortem",
          "publish": "publish_postmortem", "waive": "waive_postmortem",
-         "learning": "record_learning"}
+         "learning": "record_learning", "sample": "record_learning",
+         "monitor": "record_learning", "runbook": "record_learning"}
 FIELDS = {"draft_postmortem": ("owner",), "edit_postmortem": ("section", "text"),
           "request_review": ("reviewers",), "request_changes": ("comment",),
           "approve_postmortem": ("comment",), "publish_postmortem": (),
           "waive_postmortem": ("reason",), "record_learning": ("learning", "reason")}
-"""What each verb reads from the body. Over HTTP a learning can only be declined with a
-reason: the artefacts are made and checked by the CLI (`jobtrail postmortem sample`)."""
+"""What each verb reads from the body. `learning` declines one with a reason; `sample`,
+`monitor` (body `rules`: the YAML of the rules change) and `runbook` make the artefact under
+HOME/learnings/, check it, and record it, like `jobtrail postmortem sample|monitor|runbook`."""
+MADE = ("sample", "monitor", "runbook")
+
+
+def _make(settings: Any, store: Any, incident_id: str, verb: str,
+          body: dict[str, Any]) -> dict[str, str]:
+    """Make and check one learning artefact (in a worker thread); LearningFailed says why."""
+    from pathlib import Path
+
+    import yaml
+
+    from jobtrail import learn
+    from jobtrail.postmortem_view import state
+
+    inc = state(store.incident_log(incident_id))
+    if inc is None:
+        raise learn.LearningFailed("no such incident")
+    base = settings.home / "learnings"
+    if verb == "sample":
+        spec = yaml.safe_load(settings.topology_file.read_text()) if settings.topology_file \
+            else None
+        done = learn.write_sample(store, inc, base / "samples" / f"sample-{incident_id}.yaml",
+                                  spec)
+    elif verb == "monitor":
+        rules = body.get("rules")
+        if not isinstance(rules, str) or not rules.strip():
+            raise learn.LearningFailed("rules: the YAML of the proposed rules change")
+        recorded = inc.pm.learnings.get("sample")
+        if recorded is None or not recorded.path or not Path(recorded.path).exists():
+            raise learn.LearningFailed("no failure sample recorded: make one first "
+                                       "(POST .../postmortem/sample)")
+        name = hashlib.sha256(rules.encode()).hexdigest()[:12]
+        done = learn.write_monitor(Path(recorded.path), rules,
+                                   base / "monitors" / f"monitor-{incident_id}-{name}.yaml")
+    else:
+        done = learn.write_runbook(inc, base / "runbooks")
+    return learn.learning_data(verb, done)
 
 
 async def _incident(request: web.Request) -> Any:
@@ -97,9 +136,9 @@ async def command(request: web.Request) -> web.Response:
             raise ValueError("the body must be a JSON object")
         by = str(body.get("by") or "")
         data = {k: body[k] for k in FIELDS[name] if k in body}
-        if name == "record_learning" and not data.get("reason"):
-            raise ValueError("reason: over HTTP a learning is declined with a reason; make "
-                             "samples, monitors and runbooks with `jobtrail postmortem`")
+        if verb == "learning" and not data.get("reason"):
+            raise ValueError("reason: a declined learning needs a reason (make one with "
+                             "POST .../postmortem/sample, monitor or runbook)")
         cmd = Command(command_id=str(body.get("command_id") or f"http-{uuid.uuid4().hex}"),
                       incident_id=incident_id, command=name,
                       actor=Actor(kind="team" if by.startswith("team:") else "person",
@@ -112,6 +151,15 @@ async def command(request: web.Request) -> web.Response:
         fail(web.HTTPUnprocessableEntity, f"{where}: {detail['msg']}" if where
              else str(detail["msg"]))
     cmd = cmd.model_copy(update={"data": _authorise(who, name, full, cmd.data)})
+    if verb in MADE:
+        from jobtrail.learn import LearningFailed
+
+        try:
+            made = await backend.call(_make, request.app[SETTINGS], backend.store, incident_id,
+                                      verb, body)
+        except LearningFailed as exc:
+            fail(web.HTTPUnprocessableEntity, str(exc))
+        cmd = cmd.model_copy(update={"data": made})
     try:
         events = await backend.command(cmd)
     except InvalidTransition as exc:
