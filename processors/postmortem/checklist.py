@@ -76,7 +76,9 @@ def checklist(inc: Incident, today: date | None = None) -> list[Item]:
     untriaged = sorted(a.action_id for a in inc.actions.values() if a.status == "proposed")
     pm_detail = f"waived: {pm.waived}" if waived else ""
     items = [
-        item("acknowledged", "Acknowledged", inc.acknowledged_at is not None),
+        item("acknowledged", "Acknowledged", inc.acknowledged_at is not None
+             or inc.resolved_at is not None,
+             "" if inc.acknowledged_at or not inc.resolved_at else "by its resolution"),
         item("commander", "Commander named", bool(inc.commander), inc.commander,
              required=major),
         item("owner_confirmed", "Owner confirmed by a person", inc.owner_rule == "manual",

@@ -151,6 +151,10 @@ _ALLOWED = {
     "postmortem_published": ("approved",),
     "postmortem_waived": ("", "draft", "in_review"),
 }
+_VERB = {"postmortem_drafted": "draft", "postmortem_section_edited": "edit",
+         "postmortem_review_requested": "review", "postmortem_changes_requested":
+         "request-changes", "postmortem_approved": "approve", "postmortem_published": "publish",
+         "postmortem_waived": "waive"}
 
 
 def check(pm: Postmortem, payload: ev.Payload, by: str, severity: str) -> None:
@@ -158,7 +162,7 @@ def check(pm: Postmortem, payload: ev.Payload, by: str, severity: str) -> None:
     allowed = _ALLOWED.get(payload.KIND)
     if allowed is not None and pm.status not in allowed:
         now = pm.status or "not drafted"
-        verb = payload.KIND.removeprefix("postmortem_")
+        verb = _VERB[payload.KIND]
         when = " or ".join(s or "not drafted" for s in allowed)
         raise PostmortemRefused(f"postmortem is {now}: {verb} is allowed when {when}")
     if isinstance(payload, ev.PostmortemSectionEdited) and payload.section not in SECTIONS:
