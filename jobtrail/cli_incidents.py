@@ -244,18 +244,60 @@ def severity(ctx: click.Context, incident_id: str, level: str, why: str, by: str
     _command(ctx, incident_id, "severity", by, {"severity": level, "why": why}, command_id)
 
 
+_KINDS = click.Choice(["prevent", "mitigate", "detect", "process"])
+_PRIORITIES = click.Choice(["p0", "p1", "p2", "p3"])
+
+
+def _given(**fields: object) -> dict[str, object]:
+    return {k: v for k, v in fields.items() if v not in (None, "")}
+
+
 @incident.command("action")
 @click.argument("incident_id")
 @click.argument("title")
-@click.option("--owner", default="")
-@click.option("--due", default="")
+@click.option("--owner", default="", help="The team or person who does it")
+@click.option("--due", default="", help="YYYY-MM-DD (default: from the severity)")
+@click.option("--kind", type=_KINDS, default=None)
+@click.option("--priority", type=_PRIORITIES, default=None)
+@click.option("--tracker", default="", help="The ticket's URL")
 @_BY
 @_ID
 @click.pass_context
-def action(ctx: click.Context, incident_id: str, title: str, owner: str, due: str, by: str,
+def action(ctx: click.Context, incident_id: str, title: str, owner: str, due: str,
+           kind: str | None, priority: str | None, tracker: str, by: str,
            command_id: str | None) -> None:
     """Add a follow-up action."""
-    _command(ctx, incident_id, "add_action", by, {"title": title, "owner": owner, "due": due},
+    _command(ctx, incident_id, "add_action", by,
+             {"title": title, **_given(owner=owner, due=due, kind=kind, priority=priority,
+                                       tracker=tracker)}, command_id)
+
+
+@incident.command("action-update")
+@click.argument("incident_id")
+@click.argument("action_id")
+@click.option("--title", default=None)
+@click.option("--owner", default=None)
+@click.option("--due", default=None)
+@click.option("--kind", type=_KINDS, default=None)
+@click.option("--priority", type=_PRIORITIES, default=None)
+@click.option("--tracker", default=None)
+@click.option("--not-doing", "reason", default=None, metavar="REASON",
+              help="It will not be done, and why")
+@_BY
+@_ID
+@click.pass_context
+def action_update(ctx: click.Context, incident_id: str, action_id: str, title: str | None,
+                  owner: str | None, due: str | None, kind: str | None,
+                  priority: str | None, tracker: str | None, reason: str | None, by: str,
+                  command_id: str | None) -> None:
+    """Change a follow-up's owner, due date, kind, priority or tracker, or mark it not doing."""
+    fields = _given(title=title, owner=owner, due=due, kind=kind, priority=priority,
+                    tracker=tracker)
+    if reason is not None:
+        fields.update(status="not_doing", reason=reason)
+    if not fields:
+        raise click.UsageError("nothing to change: give at least one option")
+    _command(ctx, incident_id, "update_action", by, {"action_id": action_id, **fields},
              command_id)
 
 
@@ -275,13 +317,16 @@ def action_done(ctx: click.Context, incident_id: str, action_id: str, by: str,
 @incident.command("action-accept")
 @click.argument("incident_id")
 @click.argument("action_id")
+@click.option("--owner", default="", help="Who does it (default: the proposal's)")
+@click.option("--due", default="", help="YYYY-MM-DD (default: from the severity)")
 @_BY
 @_ID
 @click.pass_context
-def action_accept(ctx: click.Context, incident_id: str, action_id: str, by: str,
-                  command_id: str | None) -> None:
+def action_accept(ctx: click.Context, incident_id: str, action_id: str, owner: str, due: str,
+                  by: str, command_id: str | None) -> None:
     """Accept a proposed follow-up (it becomes an open action)."""
-    _command(ctx, incident_id, "accept_action", by, {"action_id": action_id}, command_id)
+    _command(ctx, incident_id, "accept_action", by,
+             {"action_id": action_id, **_given(owner=owner, due=due)}, command_id)
 
 
 @incident.command("action-dismiss")

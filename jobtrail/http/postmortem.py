@@ -38,6 +38,8 @@ FIELDS = {"draft_postmortem": ("owner",), "edit_postmortem": ("section", "text")
 `monitor` (body `rules`: the YAML of the rules change) and `runbook` make the artefact under
 HOME/learnings/, check it, and record it, like `jobtrail postmortem sample|monitor|runbook`."""
 MADE = ("sample", "monitor", "runbook")
+REQUIRED = {"edit": ("section", "text"), "request-changes": ("comment",),
+            "waive": ("reason",), "learning": ("learning",), "monitor": ("rules",)}
 
 
 def _make(settings: Any, store: Any, incident_id: str, verb: str,
@@ -136,6 +138,10 @@ async def command(request: web.Request) -> web.Response:
             raise ValueError("the body must be a JSON object")
         by = str(body.get("by") or "")
         data = {k: body[k] for k in FIELDS[name] if k in body}
+        for required in REQUIRED.get(verb, ()):
+            if not isinstance(body.get(required), str) or not body[required].strip():
+                raise ValueError(f"{required}: required ({verb} needs "
+                                 f"{' and '.join(REQUIRED[verb])})")
         if verb == "learning" and not data.get("reason"):
             raise ValueError("reason: a declined learning needs a reason (make one with "
                              "POST .../postmortem/sample, monitor or runbook)")

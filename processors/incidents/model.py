@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import date, datetime
 from functools import singledispatch
 from typing import Any, Literal
 
@@ -454,6 +454,8 @@ def check(state: Incident | None, payload: Payload, actor: Actor | None = None) 
                                 f"{', '.join(allowed)})")
     if isinstance(payload, ev.SeverityChanged) and payload.severity not in SEVERITIES:
         raise InvalidTransition(f"severity must be one of {', '.join(SEVERITIES)}")
+    if isinstance(payload, ev.ActionAdded | ev.ActionUpdated):
+        _check_action_fields(payload)
     if isinstance(payload, ev.ActionUpdated):
         if payload.action_id not in state.actions:
             raise InvalidTransition(f"no action {payload.action_id!r} on {state.id}")
@@ -476,6 +478,26 @@ def check(state: Incident | None, payload: Payload, actor: Actor | None = None) 
         if still and not payload.force:
             raise InvalidTransition(f"the commander checklist is open: {', '.join(still)} "
                                     "(finish it, or force the close with a reason)")
+
+
+ACTION_KINDS = ("prevent", "mitigate", "detect", "process")
+ACTION_PRIORITIES = ("p0", "p1", "p2", "p3")
+
+
+def _check_action_fields(payload: ev.ActionAdded | ev.ActionUpdated) -> None:
+    if payload.due:
+        try:
+            date.fromisoformat(payload.due)
+        except ValueError:
+            raise InvalidTransition(f"due: {payload.due!r} is not a date (YYYY-MM-DD)") from None
+        if len(payload.due) != 10:
+            raise InvalidTransition(f"due: {payload.due!r} is not a date (YYYY-MM-DD)")
+    if payload.kind and payload.kind not in ACTION_KINDS:
+        raise InvalidTransition(f"kind must be one of {', '.join(ACTION_KINDS)}")
+    if payload.priority and payload.priority not in ACTION_PRIORITIES:
+        raise InvalidTransition(f"priority must be one of {', '.join(ACTION_PRIORITIES)}")
+    if payload.tracker and not payload.tracker.startswith(("https://", "http://")):
+        raise InvalidTransition("tracker: the ticket's http(s) URL")
 
 
 def new_event(state: Incident | None, incident: str, payload: Payload, time: datetime,

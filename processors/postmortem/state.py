@@ -167,6 +167,8 @@ def check(pm: Postmortem, payload: ev.Payload, by: str, severity: str) -> None:
         raise PostmortemRefused(f"postmortem is {now}: {verb} is allowed when {when}")
     if isinstance(payload, ev.PostmortemSectionEdited) and payload.section not in SECTIONS:
         raise PostmortemRefused(f"section must be one of {', '.join(SECTIONS)}")
+    if isinstance(payload, ev.PostmortemSectionEdited) and not payload.text.strip():
+        raise PostmortemRefused(f"text: the {payload.section} section's Markdown is empty")
     if isinstance(payload, ev.PostmortemApproved) and by in pm.authors:
         raise PostmortemRefused(f"{by} wrote part of this postmortem: the approver must not be "
                                 f"an author ({', '.join(sorted(pm.authors))})")
