@@ -14,6 +14,10 @@ JOB_UID = "jobtrail-job"
 INCIDENT_UID = "jobtrail-incident"
 FLEET_UID = "jobtrail-fleet"
 FOLDER_UID = "jobtrail"
+JOBTRAIL_URL = "jobtrail_url"
+"""A constant variable: where Grafana's users reach jobtrail's HTTP API and pages (set by
+`jobtrail dashboards publish --jobtrail-url`)."""
+DEFAULT_JOBTRAIL_URL = "http://localhost:8080"
 
 # the job's own rows, bound to the selected project and job (every job-dashboard query has it)
 JOB_FILTER = ("project = ${project:sqlstring} AND job_id = ${job:sqlstring} "
@@ -26,6 +30,21 @@ def variable(name: str, label: str, query: str, *, include_all: bool = False) ->
     if include_all:
         v = v.include_all(True).all_value("all")
     return v
+
+
+def jobtrail_url_variable() -> Any:
+    return (dash.ConstantVariable(JOBTRAIL_URL).label("jobtrail URL")
+            .value(DEFAULT_JOBTRAIL_URL))
+
+
+def with_jobtrail_url(board: dict[str, Any], url: str) -> dict[str, Any]:
+    """The built board with its jobtrail URL constant set to `url`."""
+    out = {**board, "templating": {**board.get("templating", {}), "list": []}}
+    for v in board.get("templating", {}).get("list", []):
+        if v.get("name") == JOBTRAIL_URL:
+            v = {**v, "query": url, "current": {"text": url, "value": url}}
+        out["templating"]["list"].append(v)
+    return out
 
 
 def project_variable() -> Any:

@@ -1,6 +1,6 @@
 """The fleet: incidents by class and owner, lost GPU-hours, time to detect/acknowledge/
 recover, queue wait by reason, repeat-offender nodes and links, failure rate around
-changes."""
+changes, follow-ups per team (overdue first) and postmortems not yet published."""
 
 from __future__ import annotations
 
@@ -99,6 +99,26 @@ FROM incidents FINAL WHERE status NOT IN ('resolved', 'closed')
 ORDER BY severity, opened_at DESC LIMIT 100
 """
 
+FOLLOWUPS = """
+SELECT owner AS team, countIf(late) AS overdue, count() AS open,
+       minIf(due, late) AS oldest_overdue_due
+FROM (SELECT owner, due,
+             due != '' AND due < toString(today()) AS late
+      FROM actions FINAL WHERE status IN ('proposed', 'open'))
+GROUP BY team ORDER BY overdue DESC, open DESC, team
+"""
+
+POSTMORTEMS = f"""
+SELECT incident_id AS incident, severity, class, owner,
+       if(postmortem_status = '', 'not drafted', postmortem_status) AS postmortem,
+       postmortem_owner, postmortem_due AS due,
+       postmortem_due != '' AND postmortem_due < toString(today()) AS overdue
+FROM incidents FINAL
+WHERE severity IN ('sev1', 'sev2') AND postmortem_status NOT IN ('published', 'waived')
+  AND {_OPENED}
+ORDER BY overdue DESC, due, incident_id LIMIT 100
+"""
+
 
 def build() -> Any:
     return (
@@ -121,4 +141,11 @@ def build() -> Any:
                           TABLE, w=12))
         .with_panel(panel(table.Panel(), "Failure rate a day before and after each change",
                           CHANGES, TABLE))
+        .with_panel(panel(table.Panel(), "Open follow-ups by team", FOLLOWUPS, TABLE, w=10,
+                          description="Proposed or open actions; overdue: past their due "
+                                      "date (`jobtrail followups --overdue`)."))
+        .with_panel(panel(table.Panel(), "Postmortems not yet published (sev1-2)",
+                          POSTMORTEMS, TABLE, w=14)
+                    .data_links([link("Open incident", f"/d/{INCIDENT_UID}?var-incident="
+                                      "${__data.fields.incident}&${__url_time_range}")]))
     )

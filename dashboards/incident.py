@@ -1,5 +1,6 @@
 """One incident: status, cause and explanation, owner, impact, its own log, evidence linked
-back to job timelines, recovery milestones, follow-up actions."""
+back to job timelines, recovery milestones, the postmortem (status, due date, a link to its
+review page) and follow-up actions."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.builders import logs, stat, table
 
 from dashboards.clickhouse import LOGS, TABLE
-from dashboards.common import FLEET_UID, INCIDENT_UID, JOB_UID, link, panel, variable
+from dashboards.common import (
+    FLEET_UID,
+    INCIDENT_UID,
+    JOB_UID,
+    JOBTRAIL_URL,
+    jobtrail_url_variable,
+    link,
+    panel,
+    variable,
+)
 
 _ONE = "incident_id = ${incident:sqlstring}"
 _JOB_LINK = ("/d/" + JOB_UID + "?var-project=${__data.fields.project}"
@@ -58,8 +68,21 @@ ORDER BY project, job_id, attempt
 """
 
 ACTIONS = f"""
-SELECT action_id, title, owner, status, due FROM actions FINAL WHERE {_ONE} ORDER BY action_id
+SELECT action_id, title, kind, owner, priority, status, due,
+       status IN ('proposed', 'open') AND due != '' AND due < toString(today()) AS overdue,
+       tracker
+FROM actions FINAL WHERE {_ONE} ORDER BY action_id
 """
+
+POSTMORTEM = f"""
+SELECT if(postmortem_status = '', 'not drafted', postmortem_status) AS postmortem,
+       postmortem_owner AS owner, postmortem_due AS due,
+       postmortem_due != '' AND postmortem_due < toString(today())
+         AND postmortem_status NOT IN ('published', 'waived') AS overdue,
+       severity
+FROM incidents FINAL WHERE {_ONE}
+"""
+_REVIEW_PAGE = "${" + JOBTRAIL_URL + "}/incidents/${incident}/postmortem"
 
 
 def build() -> Any:
@@ -70,7 +93,9 @@ def build() -> Any:
         .with_variable(variable("incident", "Incident",
                                 "SELECT incident_id FROM incidents FINAL "
                                 "ORDER BY opened_at DESC LIMIT 500"))
+        .with_variable(jobtrail_url_variable())
         .link(link("Fleet", f"/d/{FLEET_UID}"))
+        .link(link("Postmortem review page", _REVIEW_PAGE))
         .with_panel(panel(table.Panel(), "Status, cause and owner", SUMMARY, TABLE, h=6))
         .with_panel(panel(stat.Panel(), "Impact", IMPACT, TABLE, w=8, h=6))
         .with_panel(panel(table.Panel(), "Impacted jobs", JOBS, TABLE, w=16, h=6)
@@ -79,5 +104,8 @@ def build() -> Any:
         .with_panel(panel(table.Panel(), "Evidence", EVIDENCE, TABLE, h=10)
                     .data_links([link("Job timeline", _JOB_LINK)]))
         .with_panel(panel(table.Panel(), "Recovery milestones", RECOVERY, TABLE, w=14, h=6))
-        .with_panel(panel(table.Panel(), "Follow-up actions", ACTIONS, TABLE, w=10, h=6))
+        .with_panel(panel(table.Panel(), "Postmortem", POSTMORTEM, TABLE, w=10, h=6)
+                    .data_links([link("Review page", _REVIEW_PAGE)]))
+        .with_panel(panel(table.Panel(), "Follow-up actions", ACTIONS, TABLE, h=6)
+                    .data_links([link("Tracker", "${__data.fields.tracker}")]))
     )

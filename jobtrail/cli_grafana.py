@@ -56,11 +56,15 @@ def check() -> None:
               help="The ClickHouse HTTP endpoint Grafana reaches")
 @click.option("--username", default="grafana_ro", help="Read-only ClickHouse user")
 @click.option("--no-datasource", is_flag=True, help="Dashboards only")
+@click.option("--jobtrail-url", envvar="JOBTRAIL_PUBLIC_URL", default="",
+              help="Where users reach jobtrail's API and pages (the postmortem links; "
+                   "default http://localhost:8080, or $JOBTRAIL_PUBLIC_URL)")
 @click.pass_context
 def publish(ctx: click.Context, url: str, token: str, clickhouse_url: str, username: str,
-            no_datasource: bool) -> None:
+            no_datasource: bool, jobtrail_url: str) -> None:
     """Create or update the folder, the data source and the dashboards (idempotent)."""
     from dashboards.build import committed
+    from dashboards.common import with_jobtrail_url
     from jobtrail.grafana import datasource_body
     from jobtrail.grafana import publish as push
 
@@ -68,7 +72,13 @@ def publish(ctx: click.Context, url: str, token: str, clickhouse_url: str, usern
     source = None if no_datasource else datasource_body(url=clickhouse_url,
                                                         database=settings.database,
                                                         username=username)
-    done = push(url, token, committed(), source)
+    boards = committed()
+    if jobtrail_url:
+        if not jobtrail_url.startswith(("http://", "https://")):
+            raise click.BadParameter("an http(s) URL", param_hint="--jobtrail-url")
+        boards = {name: with_jobtrail_url(b, jobtrail_url.rstrip("/"))
+                  for name, b in boards.items()}
+    done = push(url, token, boards, source)
     for item in done.created:
         click.echo(f"created {item}")
     click.echo(f"published {', '.join(done.dashboards)} to folder {done.folder}"

@@ -32,7 +32,7 @@ MUST_SHOW = {
             "Nodes, links and filesystems", "Incidents touching the job",
             "Queue wait and reasons", "Incidents"},
     "incident": {"Status, cause and owner", "Impact", "Impacted jobs", "Incident log",
-                 "Evidence", "Recovery milestones"},
+                 "Evidence", "Recovery milestones", "Postmortem"},
     "fleet": {"Open incidents", "Incidents by class", "Incidents by owner",
               "Lost GPU-hours by cause and owner", "Time to detect, acknowledge, recover",
               "Queue wait by reason", "Repeat offenders: nodes and links"},
@@ -107,6 +107,8 @@ def test_every_panel_runs_on_the_sample_scenario(name: str, store: Store,
             filled.add(title)
     assert MUST_SHOW[name] <= filled, f"{name}: empty panels {MUST_SHOW[name] - filled}"
     for variable in board.get("templating", {}).get("list", []):
+        if variable["type"] == "constant":  # a value, not a query
+            continue
         rows = store.client.query(expand(variable["query"], scenario, start, end)).result_rows
         assert rows, f"variable {variable['name']} has no values on the sample"
 
@@ -135,3 +137,47 @@ def test_the_job_timeline_renders_to_png_from_the_dashboard_queries(
     assert counts["steps"] > 10 and counts["checkpoints"] > 0
     with pytest.raises(ValueError, match="no timeline rows"):
         render(store, sample.PROJECT, "no-such-job", tmp_path / "none.png")
+
+
+def test_postmortem_and_followup_panels_show_what_commanders_did(store: Store,
+                                                                 tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from dashboards import fleet, incident
+    from processors.incidents.model import Actor, Command
+
+    wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
+    sink = Sink(store, Pipeline(timedelta(seconds=30), wiring))
+    runner = EmbeddedRunner(sink, EmbeddedLog(tmp_path / "log"))
+    runner.submit(decode(sample.jsonl(), producer="sample", observed_at=OBSERVED))
+    runner.drain()
+    worst = max(store.incidents(None), key=lambda r: r["lost_gpu_hours"])
+    inc = worst["incident_id"]
+    assert worst["severity"] == "sev1"
+    now = datetime.now(UTC)
+    for n, (command, data) in enumerate([
+            ("draft_postmortem", {"owner": "ic-ana"}),
+            ("add_action", {"title": "Audit optics", "owner": "network", "due": "2026-01-05",
+                            "kind": "prevent", "tracker": "https://tracker.example/NET-1"}),
+            ("add_action", {"title": "Add a link-flap alert", "owner": "network",
+                            "due": "2999-01-01", "kind": "detect"})]):
+        sink.command(Command(command_id=f"c{n}", incident_id=inc, command=command,  # type: ignore[arg-type]
+                             actor=Actor(kind="person", name="ic-ana"), time=now, data=data))
+    variables = {"project": sample.PROJECT, "job": sample.JOB, "attempt": "all",
+                 "incident": inc}
+    start, end = sample.T0 - timedelta(hours=1), sample.T0 + timedelta(hours=4)
+
+    def rows(sql: str) -> list[dict[str, Any]]:
+        result = store.client.query(expand(sql, variables, start, end, 60))
+        return [dict(zip(result.column_names, r, strict=True)) for r in result.result_rows]
+
+    (pm,) = rows(incident.POSTMORTEM)
+    assert (pm["postmortem"], pm["owner"]) == ("draft", "ic-ana") and pm["due"]
+    actions = {r["title"]: r for r in rows(incident.ACTIONS)}
+    assert actions["Audit optics"]["overdue"] and not actions["Add a link-flap alert"]["overdue"]
+    assert actions["Audit optics"]["tracker"] == "https://tracker.example/NET-1"
+    teams = {r["team"]: r for r in rows(fleet.FOLLOWUPS)}
+    assert teams["network"]["overdue"] == 1 and teams["network"]["oldest_overdue_due"] \
+        == "2026-01-05"
+    waiting = {r["incident"]: r for r in rows(fleet.POSTMORTEMS)}
+    assert waiting[inc]["postmortem"] == "draft"

@@ -125,6 +125,27 @@ def test_publish_command(grafana: tuple[str, dict[str, Any]], tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     assert "published jobtrail-fleet, jobtrail-incident, jobtrail-job" in result.output
     assert state["datasources"] == {} and len(state["dashboards"]) == 3
+    sent = state["dashboards"]["jobtrail-incident"]["dashboard"]
+    (url_var,) = [v for v in sent["templating"]["list"] if v["name"] == "jobtrail_url"]
+    assert url_var["query"] == "http://localhost:8080"  # the committed default
+
+
+def test_publish_sets_where_the_postmortem_links_point(grafana: tuple[str, dict[str, Any]],
+                                                        tmp_path: Path) -> None:
+    url, state = grafana
+    args = ["--home", str(tmp_path), "dashboards", "publish", "--url", url, "--no-datasource"]
+    bad = CliRunner().invoke(main, [*args, "--jobtrail-url", "javascript:alert(1)"],
+                             env={"GRAFANA_TOKEN": "tok"})
+    assert bad.exit_code != 0 and "--jobtrail-url" in bad.output and not state["dashboards"]
+    result = CliRunner().invoke(main, args, env={"GRAFANA_TOKEN": "tok",
+                                                 "JOBTRAIL_PUBLIC_URL": "https://jt.example/"})
+    assert result.exit_code == 0, result.output
+    sent = state["dashboards"]["jobtrail-incident"]["dashboard"]
+    (url_var,) = [v for v in sent["templating"]["list"] if v["name"] == "jobtrail_url"]
+    assert (url_var["type"], url_var["query"]) == ("constant", "https://jt.example")
+    links = {link["title"]: link["url"] for link in sent["links"]}
+    assert links["Postmortem review page"] == ("${jobtrail_url}/incidents/${incident}"
+                                               "/postmortem")
 
 
 def _tables(sql: str) -> set[str]:
