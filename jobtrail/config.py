@@ -70,6 +70,17 @@ class Settings:
     (accepted means on disk); `never` leaves it to the OS (benchmarks only)."""
     snapshot_interval_s: float = 10.0
     """How often the processors' state is saved; a restart replays at most this much."""
+    public_url: str = "http://localhost:8080"
+    """Where people reach this API (links in notifications)."""
+    grafana_url: str = "http://localhost:3000"
+    """Where people reach Grafana (incident and job timeline links in notifications)."""
+    smtp: str = ""
+    """host:port of the SMTP relay for the email channel (credentials: JOBTRAIL_SMTP_USER /
+    JOBTRAIL_SMTP_PASSWORD, read at send time, never stored)."""
+    smtp_from: str = "jobtrail@localhost"
+    smtp_starttls: bool = False
+    delivery_attempts: int = 8
+    """A delivery is given up after this many attempts (or 24 h)."""
 
     def adapter_config(self) -> AdapterConfig:
         """The adapters' mapping files, loaded and validated (raises ValueError naming them)."""
@@ -122,6 +133,12 @@ class Settings:
             api_tokens=tokens,
             log_fsync=_fsync(env.get("JOBTRAIL_LOG_FSYNC") or "always"),
             snapshot_interval_s=_float(env, "JOBTRAIL_SNAPSHOT_INTERVAL_S", 10.0),
+            public_url=(env.get("JOBTRAIL_PUBLIC_URL") or "http://localhost:8080").rstrip("/"),
+            grafana_url=(env.get("JOBTRAIL_GRAFANA_URL") or "http://localhost:3000").rstrip("/"),
+            smtp=env.get("JOBTRAIL_SMTP", ""),
+            smtp_from=env.get("JOBTRAIL_SMTP_FROM") or "jobtrail@localhost",
+            smtp_starttls=(env.get("JOBTRAIL_SMTP_STARTTLS") or "") in ("1", "true", "yes"),
+            delivery_attempts=max(1, _int(env, "JOBTRAIL_DELIVERY_ATTEMPTS", 8)),
         )
 
 

@@ -1,0 +1,293 @@
+"""The alerts stage: the decide pass (incident logs + subscriptions -> the outbox) and the
+delivery pass (the outbox -> channels, every attempt recorded).
+
+Both are restart-safe because their state is in the store: decisions have deterministic ids
+and are only written when new or changed; a delivery's retry schedule is its attempt rows
+(`next_at`), so a killed worker resumes where the rows say. Delivery is at-least-once: a
+crash between a send and its record sends again with the same `webhook-id`, which receivers
+deduplicate on (the Standard Webhooks contract).
+
+Retries: 408, 429, 5xx and network errors are retried with exponential backoff (10 s
+doubling, capped at 1 h, with a deterministic jitter of 50-100 %), or after `Retry-After`
+when the endpoint sends it; given up after `delivery_attempts` (8) or 24 h. Other 4xx answers
+are not retried. 410 Gone disables the subscription (the owner sees why in
+`jobtrail subscriptions`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import smtplib
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from email.message import EmailMessage
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from jobtrail.alerts.secrets import MissingSecret, Secrets
+from jobtrail.alerts.store import AlertStore
+from processors.incidents.model import IncidentEvent
+from processors.notify import channels
+from processors.notify.decide import decide
+from processors.notify.message import Links, message
+from processors.notify.model import Decision, Subscription
+
+log = logging.getLogger("jobtrail.alerts")
+BASE_S, CAP_S, MAX_AGE = 10.0, 3600.0, timedelta(hours=24)
+RETRIED = {408, 429}
+
+
+@dataclass
+class Attempt:
+    notification_id: str
+    subscription_id: str
+    attempt: int
+    at: datetime
+    status: str  # sent, failed (retried at next_at), gave_up, gone, cancelled, test
+    code: int = 0
+    latency_ms: int = 0
+    error: str = ""
+    next_at: datetime | None = None
+    channel: str = ""
+    message_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Reply:
+    code: int
+    headers: Mapping[str, str]
+    error: str = ""
+
+
+HttpSend = Callable[[str, bytes, Mapping[str, str]], Reply]
+MailSend = Callable[[EmailMessage], None]
+
+
+def http_post(url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+    if not url.startswith(("https://", "http://")):
+        return Reply(-1, {}, "the channel's URL must be http(s)")
+    request = urllib.request.Request(url, data=body, method="POST", headers={  # noqa: S310
+        "Content-Type": "application/json", "User-Agent": "jobtrail-alerts", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310 (checked)
+            return Reply(resp.status, dict(resp.headers))
+    except urllib.error.HTTPError as exc:
+        return Reply(exc.code, dict(exc.headers or {}), f"HTTP {exc.code}")
+    except (OSError, ValueError) as exc:
+        return Reply(0, {}, f"{type(exc).__name__}: {exc}"[:300])
+
+
+def smtp_sender(settings: Any, env: Mapping[str, str]) -> MailSend:
+    def send(mail: EmailMessage) -> None:
+        if not settings.smtp:
+            raise OSError("no SMTP relay configured (JOBTRAIL_SMTP=host:port)")
+        host, _, port = settings.smtp.rpartition(":")
+        with smtplib.SMTP(host or settings.smtp, int(port or 25), timeout=10) as smtp:
+            if settings.smtp_starttls:
+                smtp.starttls()
+            user = env.get("JOBTRAIL_SMTP_USER")
+            if user:
+                smtp.login(user, env.get("JOBTRAIL_SMTP_PASSWORD", ""))
+            smtp.send_message(mail)
+
+    return send
+
+
+def backoff(notification_id: str, attempt: int) -> float:
+    """Seconds before retry `attempt + 1`: exponential, capped, with a jitter that is a
+    function of the notification and attempt (deterministic, yet spread across ids)."""
+    raw = min(CAP_S, BASE_S * 2.0 ** (attempt - 1))
+    digest = hashlib.sha256(f"{notification_id}:{attempt}".encode()).digest()
+    return raw * (0.5 + digest[0] / 512)
+
+
+def retry_after(headers: Mapping[str, str], now: datetime) -> float | None:
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    if not value:
+        return None
+    try:
+        return max(0.0, float(str(value)))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - now).total_seconds())
+
+
+def group_logs(events: Sequence[IncidentEvent]) -> dict[str, list[IncidentEvent]]:
+    out: dict[str, list[IncidentEvent]] = {}
+    for e in events:
+        out.setdefault(e.incident_id, []).append(e)
+    return out
+
+
+def decide_pass(alerts: AlertStore, now: datetime | None = None) -> tuple[int, int]:
+    """Decide from every incident log; returns (decisions, rows written)."""
+    now = now or datetime.now(UTC)
+    decisions = decide(alerts.subscriptions(), alerts.silences(),
+                       group_logs(alerts.store.load_incident_log()), now)
+    return len(decisions), alerts.write_decisions(decisions)
+
+
+def unsubscribe_token(secrets: Secrets, sub_id: str) -> str:
+    try:
+        key = secrets.get("secret:unsubscribe-key")
+    except MissingSecret:
+        import secrets as random
+
+        secrets.put("unsubscribe-key", random.token_hex(32))
+        key = secrets.get("secret:unsubscribe-key")
+    return hmac.new(key.encode(), sub_id.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+class Deliverer:
+    def __init__(self, alerts: AlertStore, secrets: Secrets, settings: Any,
+                 http: HttpSend = http_post, mail: MailSend | None = None) -> None:
+        self.alerts = alerts
+        self.secrets = secrets
+        self.settings = settings
+        self.http = http
+        self.mail = mail or smtp_sender(settings, secrets.env)
+        self.links = Links(settings.public_url, settings.grafana_url)
+
+    def _message(self, sub: Subscription, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        head = _decision(rows[0])
+        msg = message(sub, head, self.alerts.store.incident_log(head.incident_id), self.links,
+                      transitions=[_decision(r) for r in rows] if head.digest_key else ())
+        if head.digest_key:
+            msg["id"] = "dig-" + hashlib.sha256(f"{sub.id}\x00{head.digest_key}".encode()) \
+                .hexdigest()[:20]
+            incidents = {r["incident_id"] for r in rows}
+            msg["headline"] = (f"jobtrail digest for {sub.name}: {len(rows)} change(s) on "
+                               f"{len(incidents)} incident(s)")
+        return msg
+
+    def send(self, sub: Subscription, msg: dict[str, Any], now: datetime) -> Reply:
+        """One attempt over the subscription's channel."""
+        channel = sub.channel
+        try:
+            if channel.kind == "email":
+                url = (f"{self.settings.public_url}/v1/subscriptions/{sub.id}/unsubscribe"
+                       f"?token={unsubscribe_token(self.secrets, sub.id)}")
+                self.mail(channels.email(msg, to=channel.target,
+                                         sender=self.settings.smtp_from, unsubscribe=url,
+                                         at=now))
+                return Reply(250, {})
+            url = self.secrets.get(channel.target)
+            body = channels.render(channel.kind, msg)
+            headers: dict[str, str] = {}
+            if channel.kind == "webhook" and channel.secret:
+                headers = channels.sign(msg["id"], now, body,
+                                        self.secrets.values(channel.secret))
+            return self.http(url, body, headers)
+        except MissingSecret as exc:
+            return Reply(-1, {}, str(exc))
+        except (OSError, smtplib.SMTPException) as exc:
+            return Reply(0, {}, f"{type(exc).__name__}: {exc}"[:300])
+
+    def run(self, now: datetime | None = None) -> list[Attempt]:
+        """One delivery pass over what is due."""
+        now = now or datetime.now(UTC)
+        due = self.alerts.due(now)
+        if not due:
+            return []
+        subs = {s.id: s for s in self.alerts.subscriptions()}
+        last = self.alerts.last_attempts([r["id"] for r in due])
+        units: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for row in due:
+            unit = (row["subscription_id"], row["digest_key"] or row["id"])
+            units.setdefault(unit, []).append(row)
+        attempts: list[Attempt] = []
+        disabled: dict[str, str] = {}
+        for (sub_id, _), rows in units.items():
+            sub = subs.get(sub_id)
+            ids = [r["id"] for r in rows]
+            prev = [last[i] for i in ids if i in last]
+            if any(p["next_at"] is not None and p["next_at"] > now for p in prev):
+                continue
+            number = max((int(p["attempt"]) for p in prev), default=0) + 1
+            if sub is None or not sub.enabled or sub_id in disabled:
+                why = "subscription deleted" if sub is None else (
+                    disabled.get(sub_id) or sub.disabled_reason or "subscription disabled")
+                attempts += [Attempt(i, sub_id, number, now, "cancelled", error=why)
+                             for i in ids]
+                continue
+            started = time.monotonic()
+            msg = self._message(sub, rows)
+            reply = self.send(sub, msg, now)
+            ms = int((time.monotonic() - started) * 1000)
+            first = min((p["first_at"] for p in prev), default=now)
+            status, next_at = self._outcome(msg["id"], number, reply, now, first)
+            if status == "gone":
+                disabled[sub_id] = f"endpoint answered 410 Gone at {now.isoformat()}"
+                self.alerts.put_subscription(sub.model_copy(update={
+                    "enabled": False, "disabled_reason": disabled[sub_id]}), by="jobtrail")
+                log.warning("subscription %s disabled: %s", sub_id, disabled[sub_id])
+            attempts += [Attempt(i, sub_id, number, now, status, max(reply.code, 0), ms,
+                                 reply.error, next_at, sub.channel.kind, [msg["id"]])
+                         for i in ids]
+        self.alerts.record(attempts)
+        return attempts
+
+    def _outcome(self, msg_id: str, number: int, reply: Reply, now: datetime,
+                 first: datetime) -> tuple[str, datetime | None]:
+        if 200 <= reply.code < 300 or reply.code == 250:
+            return "sent", None
+        if reply.code == 410:
+            return "gone", None
+        if reply.code == -1 or (400 <= reply.code < 500 and reply.code not in RETRIED):
+            return "gave_up", None
+        if number >= self.settings.delivery_attempts or now - first >= MAX_AGE:
+            return "gave_up", None
+        wait = retry_after(reply.headers, now)
+        delay = max(wait, backoff(msg_id, number)) if wait is not None \
+            else backoff(msg_id, number)
+        return "failed", now + timedelta(seconds=min(delay, CAP_S * 6))
+
+    def test_send(self, sub: Subscription, now: datetime | None = None) -> Attempt:
+        """A synthetic message over the channel, recorded like a delivery (status test)."""
+        now = now or datetime.now(UTC)
+        msg_id = "test-" + hashlib.sha256(f"{sub.id}{now.isoformat()}".encode()).hexdigest()[:16]
+        msg = {
+            "id": msg_id, "type": "incident.test", "transition": "test", "folded": [],
+            "subscription": {"id": sub.id, "name": sub.name, "owner": sub.owner},
+            "headline": f"jobtrail test message for {sub.name}", "time": now.isoformat(),
+            "incident": {"id": "inc-test", "title": "test", "status": "open",
+                         "severity": "sev4", "severity_why": "", "class": "test",
+                         "entity": "test", "owner": sub.owner, "owner_why": "",
+                         "cause": {"class": "", "entity": "", "confidence": 0.0,
+                                   "explanation": "A test from `jobtrail subscriptions test`."},
+                         "opened_at": now.isoformat(), "acknowledged": False,
+                         "impact": {"jobs": 0, "gpus": 0, "lost_gpu_hours": 0.0,
+                                    "lost_steps": 0, "other_projects": 0},
+                         "recovery": "", "jobs": []},
+            "links": {"incident": f"{self.settings.grafana_url}/d/jobtrail-incident",
+                      "api": f"{self.settings.public_url}/v1/subscriptions/{sub.id}",
+                      "timeline": ""},
+            "digest": [],
+        }
+        started = time.monotonic()
+        reply = self.send(sub, msg, now)
+        ok = 200 <= reply.code < 300 or reply.code == 250
+        attempt = Attempt(msg_id, sub.id, 1, now, "test" if ok else "test_failed",
+                          max(reply.code, 0), int((time.monotonic() - started) * 1000),
+                          reply.error, None, sub.channel.kind, [msg_id])
+        self.alerts.record([attempt])
+        return attempt
+
+
+def _decision(row: dict[str, Any]) -> Decision:
+    import json
+
+    return Decision(row["id"], row["subscription_id"], row["incident_id"], row["transition"],
+                    row["key"], row["seq"], row["time"], row["not_before"], row["status"],
+                    row["reason"], row["digest_key"], tuple(row["folded"]), row["severity"],
+                    {k: tuple(v) for k, v in json.loads(row["labels"] or "{}").items()})

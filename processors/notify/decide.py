@@ -1,0 +1,277 @@
+"""Which notifications to send: a pure function of the subscriptions, the silences, the
+incident logs and `now` (which only bounds how far repeats are scheduled ahead).
+
+Per subscription and incident, the log is folded event by event and each change a person
+would want to hear about becomes a transition (opened, cause changed, severity raised, owner
+changed, mitigated, recovery verified or failed, resolved, reopened, postmortem published).
+Then, in this order:
+
+1. only transitions the subscription asked for, on incidents its matchers and projects
+   select (before or after the change: a subscriber hears that an incident left it);
+2. the first message waits `wait_s` (30 s) and folds the cause, owner and severity changes
+   of that window into itself, so opened + cause + owner is one message;
+3. a reopen within `flap_hold_s` of its resolve is held that long and dropped, with the
+   resolve that ends it, if the incident is resolved again meanwhile (flap damping);
+4. the first message of an unacknowledged sev1 repeats every `repeat_s` until it is
+   acknowledged, mitigated or resolved (at most `max_repeats`);
+5. across incidents: silences, then a job-symptom incident whose cause is an entity another
+   incident already notified this subscriber about is muted, then the rate limit;
+6. quiet hours move what may wait to their end; digests to the next cron tick.
+
+Every suppression is a decision too (status `suppressed`, with its reason), so the outbox
+logs why nothing was sent. Ids hash (subscription, incident, key): a replay decides the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from processors.incidents.model import Incident, IncidentEvent, apply
+from processors.notify.model import Decision, Silence, Subscription, decision_id
+
+SEVERITY_RANK = {"sev1": 1, "sev2": 2, "sev3": 3, "sev4": 4}
+FOLDABLE = ("cause_changed", "owner_changed", "severity_raised")
+
+
+@dataclass(frozen=True)
+class Change:
+    """A transition of one incident, with its labels before and after."""
+
+    transition: str
+    key: str
+    seq: int
+    time: datetime
+    before: Mapping[str, tuple[str, ...]]
+    after: Mapping[str, tuple[str, ...]]
+    severity: str
+    acknowledged_at: datetime | None
+    mitigated_at: datetime | None
+    resolved_at: datetime | None
+
+
+def labels(inc: Incident, projects: Sequence[str] = ()) -> dict[str, tuple[str, ...]]:
+    """The matcher labels of an incident, as a subscriber bound to `projects` may see it
+    (() = everything)."""
+    mine = set(projects)
+    jobs = [j for j in inc.jobs.values() if not mine or j.project in mine]
+    return {
+        "team": (inc.owner,), "class": (inc.klass,), "severity": (inc.severity,),
+        "project": tuple(sorted({j.project for j in jobs})),
+        "job": tuple(sorted({f"{j.project}/{j.job_id}" for j in jobs})),
+        "entity": (inc.entity,), "cause_entity": (inc.cause_entity or inc.entity,),
+        "rule": (inc.rule,), "status": (inc.status,),
+    }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    time: datetime
+    labels: Mapping[str, tuple[str, ...]]
+    severity: str
+
+
+def changes(log: Sequence[IncidentEvent], projects: Sequence[str] = (),
+            snapshots: list[Snapshot] | None = None) -> list[Change]:
+    """The transitions of one incident's log, in log order (and, into `snapshots`, its
+    labels after every event)."""
+    inc: Incident | None = None
+    out: list[Change] = []
+    verified: set[str] = set()
+    for event in sorted(log, key=lambda e: (e.seq, e.id)):
+        before = labels(inc, projects) if inc is not None and inc.opened_at else {}
+        old = (inc.klass, inc.cause_entity, inc.owner, inc.severity, inc.flags.copy()) \
+            if inc is not None else ("", "", "", "", set())
+        inc = apply(inc, event)
+        if snapshots is not None and inc.opened_at is not None:
+            snapshots.append(Snapshot(event.time, labels(inc, projects), inc.severity))
+        kind = event.kind
+        found: list[tuple[str, str]] = []
+        if kind == "opened":
+            found.append(("opened", "opened"))
+        elif kind == "cause_updated" and old[0:2] != (inc.klass, inc.cause_entity) \
+                and old[1]:
+            found.append(("cause_changed", f"cause-{event.seq}"))
+        elif kind == "owner_assigned" and old[2] and old[2] != inc.owner:
+            found.append(("owner_changed", f"owner-{event.seq}"))
+        elif kind == "severity_changed" and SEVERITY_RANK.get(inc.severity, 9) < \
+                SEVERITY_RANK.get(old[3], 9):
+            found.append(("severity_raised", f"severity-{event.seq}"))
+        elif kind in ("mitigated", "resolved", "reopened"):
+            found.append((kind, f"{kind}-{event.seq}"))
+        elif kind == "recovery_verified":
+            job = event.data.get("job") or {}
+            ref = f"{job.get('project')}/{job.get('job_id')}/{job.get('attempt')}"
+            if ref not in verified:
+                verified.add(ref)
+                found.append(("recovery_verified", f"verified-{ref}"))
+        elif kind == "signal_added" and "no_restart" in inc.flags - old[4]:
+            found.append(("recovery_failed", f"no-restart-{event.seq}"))
+        elif kind == "postmortem_published":
+            found.append(("postmortem_published", f"postmortem-{event.seq}"))
+        if not found or inc.opened_at is None:
+            continue
+        after = labels(inc, projects)
+        for transition, key in found:
+            out.append(Change(transition, key, event.seq, event.time, before or after, after,
+                              inc.severity, inc.acknowledged_at, inc.mitigated_at,
+                              inc.resolved_at))
+    return out
+
+
+def _selected(sub: Subscription, lab: Mapping[str, tuple[str, ...]]) -> bool:
+    if not lab:
+        return False
+    if sub.projects and not set(lab.get("project") or ()) & set(sub.projects):
+        return False
+    return all(m.matches(lab) for m in sub.matchers)
+
+
+def _decision(sub: Subscription, incident: str, change: Change, *, key: str = "",
+              not_before: datetime | None = None, status: str = "pending", reason: str = "",
+              transition: str = "") -> Decision:
+    k = key or change.key
+    return Decision(decision_id(sub.id, incident, k), sub.id, incident,
+                    transition or change.transition, k, change.seq, change.time,
+                    not_before or change.time, status, reason, severity=change.severity,
+                    labels=change.after)
+
+
+def for_incident(sub: Subscription, incident: str, log: Sequence[IncidentEvent],
+                 now: datetime) -> list[Decision]:
+    """Steps 1-4 for one incident."""
+    out: list[Decision] = []
+    first: Decision | None = None
+    last_resolved: datetime | None = None
+    damped_until: datetime | None = None
+    snapshots: list[Snapshot] = []
+    all_changes = changes(log, sub.projects, snapshots)
+    resolves = [c.time for c in all_changes if c.transition == "resolved"]
+    for change in all_changes:
+        wanted = change.transition in sub.on or (first is None and change.transition
+                                                 in FOLDABLE and "opened" in sub.on)
+        settled = change.after
+        if first is None:  # selected by what the incident is once the wait is over
+            until = change.time + timedelta(seconds=sub.wait_s)
+            settled = next((s.labels for s in reversed(snapshots) if s.time <= until),
+                           change.after)
+        if not wanted or not (_selected(sub, settled) or _selected(sub, change.after)
+                              or _selected(sub, change.before)):
+            if change.transition == "resolved":
+                last_resolved = change.time
+            continue
+        if first is None:
+            # the first message this subscriber gets about the incident, after the wait
+            first = replace(_decision(sub, incident, change, key="first",
+                                      not_before=change.time + timedelta(seconds=sub.wait_s)),
+                            labels=settled, severity=(settled.get("severity") or ("",))[0])
+            out.append(first)
+            continue
+        if change.transition in FOLDABLE and change.time < first.not_before:
+            out.append(_decision(sub, incident, change, status="suppressed",
+                                 reason=f"folded into the first message ({first.id})"))
+            first = replace(first, folded=(*first.folded, change.transition),
+                            severity=change.severity, labels=change.after)
+            out[next(i for i, d in enumerate(out) if d.id == first.id)] = first
+            continue
+        if change.transition == "reopened" and last_resolved is not None and \
+                change.time - last_resolved < timedelta(seconds=sub.flap_hold_s):
+            hold = change.time + timedelta(seconds=sub.flap_hold_s)
+            again = [t for t in resolves if change.time < t <= hold]
+            if again:
+                out.append(_decision(sub, incident, change, status="suppressed",
+                                     reason="flap damped: resolved again within "
+                                            f"{sub.flap_hold_s} s of reopening"))
+                damped_until = again[0]
+            else:
+                out.append(_decision(sub, incident, change, not_before=hold,
+                                     reason=f"flap damping: held {sub.flap_hold_s} s"))
+            continue
+        if change.transition == "resolved":
+            last_resolved = change.time
+            if damped_until is not None and change.time == damped_until:
+                out.append(_decision(sub, incident, change, status="suppressed",
+                                     reason="flap damped: the reopen it ends was not sent"))
+                damped_until = None
+                continue
+        out.append(_decision(sub, incident, change))
+    if first is not None:
+        out += _repeats(sub, incident, first, all_changes, now)
+    return out
+
+
+def _repeats(sub: Subscription, incident: str, first: Decision, all_changes: list[Change],
+             now: datetime) -> list[Decision]:
+    if sub.repeat_s <= 0 or first.severity != "sev1":
+        return []
+    out = []
+    for k in range(1, sub.max_repeats + 1):
+        at = first.not_before + timedelta(seconds=sub.repeat_s * k)
+        if at > now + timedelta(seconds=sub.repeat_s):
+            break
+        known = [c for c in all_changes if c.time <= at]
+        state = known[-1] if known else None
+        handled = state is not None and any(t is not None and t <= at for t in (
+            state.acknowledged_at, state.mitigated_at, state.resolved_at))
+        if handled:
+            break
+        out.append(Decision(decision_id(sub.id, incident, f"repeat-{k}"), sub.id, incident,
+                            "repeat", f"repeat-{k}", first.seq, first.time, at, "pending",
+                            f"unacknowledged sev1: repeat {k} of at most {sub.max_repeats}",
+                            severity=first.severity, labels=first.labels))
+    return out
+
+
+def decide(subscriptions: Iterable[Subscription], silences: Sequence[Silence],
+           logs: Mapping[str, Sequence[IncidentEvent]], now: datetime) -> list[Decision]:
+    """Every decision for every enabled subscription, ordered by subscription and time."""
+    from processors.notify.schedule import deliver_at
+
+    out: list[Decision] = []
+    for sub in sorted(subscriptions, key=lambda s: s.id):
+        if not sub.enabled:
+            continue
+        mine: list[Decision] = []
+        for incident, log in logs.items():
+            mine += for_incident(sub, incident, log, now)
+        mine.sort(key=lambda d: (d.not_before, d.time, d.incident_id, d.key))
+        mine = _across(sub, silences, mine, logs)
+        out += [deliver_at(sub, d) for d in mine]
+    return out
+
+
+def _across(sub: Subscription, silences: Sequence[Silence], decisions: list[Decision],
+            logs: Mapping[str, Sequence[IncidentEvent]]) -> list[Decision]:
+    """Step 5: silences, joined symptoms, the rate limit (in send order)."""
+    out: list[Decision] = []
+    notified: dict[str, tuple[str, datetime]] = {}  # entity -> (incident, first send)
+    sent: list[datetime] = []
+    window = timedelta(seconds=sub.rate_limit.per_s)
+    for d in decisions:
+        if d.status != "pending":
+            out.append(d)
+            continue
+        silence = next((s for s in silences if s.covers(d.labels, d.not_before)), None)
+        if silence is not None:
+            out.append(replace(d, status="suppressed",
+                               reason=f"silenced by {silence.id}: {silence.reason}"))
+            continue
+        entity = (d.labels.get("entity") or ("",))[0]
+        cause = (d.labels.get("cause_entity") or ("",))[0]
+        if d.key == "first":
+            joined = notified.get(cause) if cause and cause != entity else None
+            if joined is not None and joined[0] != d.incident_id and joined[1] <= d.not_before:
+                out.append(replace(d, status="suppressed",
+                                   reason=f"joined {joined[0]}, already notified"))
+                continue
+            notified.setdefault(entity, (d.incident_id, d.not_before))
+        sent = [t for t in sent if d.not_before - t < window]
+        if sub.mode == "immediate" and len(sent) >= sub.rate_limit.count:
+            out.append(replace(d, status="suppressed",
+                               reason=f"rate limit: {sub.rate_limit.count} per "
+                                      f"{sub.rate_limit.per_s} s"))
+            continue
+        sent.append(d.not_before)
+        out.append(d)
+    return out
