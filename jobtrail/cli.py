@@ -470,7 +470,7 @@ def kafka_status(directory: Path) -> None:
 
 
 def _register() -> None:
-    from jobtrail import cli_grafana, cli_incidents, cli_postmortem
+    from jobtrail import cli_alerts, cli_grafana, cli_incidents, cli_postmortem
 
     main.add_command(cli_grafana.dashboards)
     main.add_command(cli_grafana.access)
@@ -480,6 +480,8 @@ def _register() -> None:
     main.add_command(cli_postmortem.postmortem)
     main.add_command(cli_postmortem.followups)
     main.add_command(cli_postmortem.scenario)
+    for command in cli_alerts.COMMANDS:
+        main.add_command(command)
 
 
 _register()

@@ -81,6 +81,12 @@ class Settings:
     smtp_starttls: bool = False
     delivery_attempts: int = 8
     """A delivery is given up after this many attempts (or 24 h)."""
+    alert_hosts: tuple[str, ...] = ()
+    """Hosts (fnmatch patterns) channels may post to. Empty: any host except loopback,
+    private, link-local and reserved addresses (a tenant's webhook must not reach inside)."""
+    alerts_interval_s: float = 5.0
+    """How often `jobtrail serve` (embedded mode) decides and delivers notifications (0: it
+    does not; run `jobtrail notify`, as cluster mode does)."""
 
     def adapter_config(self) -> AdapterConfig:
         """The adapters' mapping files, loaded and validated (raises ValueError naming them)."""
@@ -139,6 +145,9 @@ class Settings:
             smtp_from=env.get("JOBTRAIL_SMTP_FROM") or "jobtrail@localhost",
             smtp_starttls=(env.get("JOBTRAIL_SMTP_STARTTLS") or "") in ("1", "true", "yes"),
             delivery_attempts=max(1, _int(env, "JOBTRAIL_DELIVERY_ATTEMPTS", 8)),
+            alerts_interval_s=_float(env, "JOBTRAIL_ALERTS_INTERVAL_S", 5.0),
+            alert_hosts=tuple(h.strip() for h in (env.get("JOBTRAIL_ALERT_HOSTS") or "")
+                              .split(",") if h.strip()),
         )
 
 

@@ -101,10 +101,15 @@ class AlertStore:
         """Insert the decisions that are new or changed (never one already delivered);
         returns how many rows were written."""
         known = self.decisions()
-        delivered = self.finished(ids=[d.id for d in decisions if d.id in known])
+        delivered = self.finished(ids=list(known))
         now = datetime.now(UTC)
         revision = int(now.timestamp() * 1000)
         rows = []
+        fresh = {d.id for d in decisions}
+        for old_id, stored in known.items():  # decided before, not any more: withdrawn
+            if old_id in fresh or stored["status"] != "pending" or old_id in delivered:
+                continue
+            rows.append(self._withdrawn(old_id, now, revision))
         for d in decisions:
             old = known.get(d.id)
             if old is not None and (d.id in delivered or (
@@ -119,6 +124,13 @@ class AlertStore:
                          revision])
         self._insert("notifications", rows, NOTIFICATION_COLUMNS)
         return len(rows)
+
+    def _withdrawn(self, notification_id: str, now: datetime, revision: int) -> list[Any]:
+        row = self.store._dicts("SELECT * FROM notifications FINAL WHERE id = {id:String}",
+                                id=notification_id)[0]
+        row.update(status="suppressed", reason="withdrawn: no longer decided from the log",
+                   decided_at=now, revision=revision)
+        return [row[c] for c in NOTIFICATION_COLUMNS]
 
     def notifications(self, *, subscription: str = "", status: str = "",
                       limit: int = 1000) -> list[dict[str, Any]]:
@@ -151,8 +163,8 @@ class AlertStore:
         if not ids:
             return {}
         rows = self.store._dicts(
-            "SELECT notification_id, argMax(attempt, attempt) AS attempt, "
-            "argMax(next_at, attempt) AS next_at, min(at) AS first_at FROM deliveries "
+            "SELECT notification_id, max(d.attempt) AS last, "
+            "argMax(d.next_at, d.attempt) AS next_at, min(d.at) AS first_at FROM deliveries AS d "
             "WHERE notification_id IN {ids:Array(String)} GROUP BY notification_id",
             ids=list(ids))
         return {r["notification_id"]: r for r in rows}
@@ -175,7 +187,7 @@ class AlertStore:
     def reset(self, notification_id: str) -> None:
         """Redeliver: the next pass sends it again (a new attempt row after the last)."""
         last = self.last_attempts([notification_id]).get(notification_id)
-        attempt = int(last["attempt"]) + 1 if last else 1
+        attempt = int(last["last"]) + 1 if last else 1
         self.record([_Row(notification_id, "", attempt, datetime.now(UTC), "redeliver", 0, 0,
                           "", None, "", [])])
 

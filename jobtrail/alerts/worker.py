@@ -65,6 +65,17 @@ class Reply:
     error: str = ""
 
 
+@dataclass
+class Job:
+    """One message to send: a notification, or a digest of several."""
+
+    sub: Subscription
+    ids: list[str]
+    number: int
+    first: datetime
+    msg: dict[str, Any]
+
+
 HttpSend = Callable[[str, bytes, Mapping[str, str]], Reply]
 MailSend = Callable[[EmailMessage], None]
 
@@ -97,6 +108,30 @@ def smtp_sender(settings: Any, env: Mapping[str, str]) -> MailSend:
             smtp.send_message(mail)
 
     return send
+
+
+def allowed_host(url: str, allowed: Sequence[str]) -> str:
+    """'' when `url` may be posted to, else why not (the SSRF guard)."""
+    import fnmatch
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("http", "https") or not host:
+        return "the channel's URL must be http(s) with a host"
+    if allowed:
+        return "" if any(fnmatch.fnmatch(host, p.lower()) for p in allowed) else (
+            f"host {host} is not in JOBTRAIL_ALERT_HOSTS")
+    if host == "localhost" or host.endswith((".localhost", ".local", ".internal")):
+        return f"host {host} is internal (allow it with JOBTRAIL_ALERT_HOSTS)"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return ""
+    if not ip.is_global:
+        return f"address {host} is not public (allow it with JOBTRAIL_ALERT_HOSTS)"
+    return ""
 
 
 def backoff(notification_id: str, attempt: int) -> float:
@@ -182,6 +217,9 @@ class Deliverer:
                                          at=now))
                 return Reply(250, {})
             url = self.secrets.get(channel.target)
+            refused = allowed_host(url, self.settings.alert_hosts)
+            if refused:
+                return Reply(-1, {}, refused)
             body = channels.render(channel.kind, msg)
             headers: dict[str, str] = {}
             if channel.kind == "webhook" and channel.secret:
@@ -193,49 +231,76 @@ class Deliverer:
         except (OSError, smtplib.SMTPException) as exc:
             return Reply(0, {}, f"{type(exc).__name__}: {exc}"[:300])
 
-    def run(self, now: datetime | None = None) -> list[Attempt]:
-        """One delivery pass over what is due."""
-        now = now or datetime.now(UTC)
+    def prepare(self, now: datetime) -> tuple[list[Job], list[Attempt]]:
+        """What is due, as messages to send (store reads only)."""
         due = self.alerts.due(now)
         if not due:
-            return []
+            return [], []
         subs = {s.id: s for s in self.alerts.subscriptions()}
         last = self.alerts.last_attempts([r["id"] for r in due])
         units: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for row in due:
             unit = (row["subscription_id"], row["digest_key"] or row["id"])
             units.setdefault(unit, []).append(row)
-        attempts: list[Attempt] = []
-        disabled: dict[str, str] = {}
+        jobs: list[Job] = []
+        cancelled: list[Attempt] = []
         for (sub_id, _), rows in units.items():
             sub = subs.get(sub_id)
             ids = [r["id"] for r in rows]
             prev = [last[i] for i in ids if i in last]
             if any(p["next_at"] is not None and p["next_at"] > now for p in prev):
                 continue
-            number = max((int(p["attempt"]) for p in prev), default=0) + 1
-            if sub is None or not sub.enabled or sub_id in disabled:
+            number = max((int(p["last"]) for p in prev), default=0) + 1
+            if sub is None or not sub.enabled:
                 why = "subscription deleted" if sub is None else (
-                    disabled.get(sub_id) or sub.disabled_reason or "subscription disabled")
-                attempts += [Attempt(i, sub_id, number, now, "cancelled", error=why)
-                             for i in ids]
+                    sub.disabled_reason or "subscription disabled")
+                cancelled += [Attempt(i, sub_id, number, now, "cancelled", error=why)
+                              for i in ids]
+                continue
+            first = min((p["first_at"] for p in prev), default=now)
+            jobs.append(Job(sub, ids, number, first, self._message(sub, rows)))
+        return jobs, cancelled
+
+    def deliver(self, jobs: Sequence[Job], now: datetime) -> list[tuple[Job, Reply, int]]:
+        """Send each message (network only: no store access, so it may run off the store's
+        thread)."""
+        out = []
+        gone: set[str] = set()
+        for job in jobs:
+            if job.sub.id in gone:
+                out.append((job, Reply(410, {}, "endpoint gone (earlier in this pass)"), 0))
                 continue
             started = time.monotonic()
-            msg = self._message(sub, rows)
-            reply = self.send(sub, msg, now)
-            ms = int((time.monotonic() - started) * 1000)
-            first = min((p["first_at"] for p in prev), default=now)
-            status, next_at = self._outcome(msg["id"], number, reply, now, first)
-            if status == "gone":
-                disabled[sub_id] = f"endpoint answered 410 Gone at {now.isoformat()}"
-                self.alerts.put_subscription(sub.model_copy(update={
-                    "enabled": False, "disabled_reason": disabled[sub_id]}), by="jobtrail")
-                log.warning("subscription %s disabled: %s", sub_id, disabled[sub_id])
-            attempts += [Attempt(i, sub_id, number, now, status, max(reply.code, 0), ms,
-                                 reply.error, next_at, sub.channel.kind, [msg["id"]])
-                         for i in ids]
+            reply = self.send(job.sub, job.msg, now)
+            out.append((job, reply, int((time.monotonic() - started) * 1000)))
+            if reply.code == 410:
+                gone.add(job.sub.id)
+        return out
+
+    def finish(self, sent: Sequence[tuple[Job, Reply, int]], cancelled: list[Attempt],
+               now: datetime) -> list[Attempt]:
+        """Record every attempt; a 410 disables its subscription."""
+        attempts = list(cancelled)
+        disabled: set[str] = set()
+        for job, reply, ms in sent:
+            status, next_at = self._outcome(job.msg["id"], job.number, reply, now, job.first)
+            if status == "gone" and job.sub.id not in disabled:
+                disabled.add(job.sub.id)
+                why = f"endpoint answered 410 Gone at {now.isoformat()}"
+                self.alerts.put_subscription(job.sub.model_copy(update={
+                    "enabled": False, "disabled_reason": why}), by="jobtrail")
+                log.warning("subscription %s (%s) disabled: %s", job.sub.id, job.sub.owner, why)
+            attempts += [Attempt(i, job.sub.id, job.number, now, status, max(reply.code, 0), ms,
+                                 reply.error, next_at, job.sub.channel.kind, [job.msg["id"]])
+                         for i in job.ids]
         self.alerts.record(attempts)
         return attempts
+
+    def run(self, now: datetime | None = None) -> list[Attempt]:
+        """One delivery pass over what is due."""
+        now = now or datetime.now(UTC)
+        jobs, cancelled = self.prepare(now)
+        return self.finish(self.deliver(jobs, now), cancelled, now)
 
     def _outcome(self, msg_id: str, number: int, reply: Reply, now: datetime,
                  first: datetime) -> tuple[str, datetime | None]:

@@ -2,7 +2,8 @@
 
 Routes by concern: `ingest.py` (events and source payloads in), `reads.py` (timelines,
 membership, entities), `incidents.py` (list, show, commands), `postmortem.py`
-(postmortems, follow-ups, the review page), `health.py` (probes, metrics,
+(postmortems, follow-ups, the review page), `alerts.py` (subscriptions, deliveries, the
+alerts loop), `health.py` (probes, metrics,
 the document). Every route knows its caller (`common.principal`) and is bound to its
 projects; the runtime behind it (`backend.py`) is the same one the CLI uses.
 """
@@ -15,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from jobtrail.config import Settings
-from jobtrail.http import health, incidents, ingest, postmortem, reads
+from jobtrail.http import alerts, health, incidents, ingest, postmortem, reads
 from jobtrail.http.backend import RuntimeBackend
 from jobtrail.http.common import ADAPTERS, BACKEND, SETTINGS, fail
 
@@ -62,6 +63,7 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
         await app[BACKEND].stop()
 
     app.cleanup_ctx.append(lifecycle)
+    app.cleanup_ctx.append(alerts.alerts_loop)
     routes = [
         ("POST", "/v1/events", ingest.ingest_events),
         ("POST", "/v1/ingest/{adapter}", ingest.ingest_source),
@@ -78,6 +80,7 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
         ("GET", "/incidents/{incident_id}/postmortem", postmortem.page),
         ("GET", "/ui/{name}", postmortem.static),
         ("POST", "/ui/login", postmortem.login),
+        *alerts.ROUTES,
         ("GET", "/livez", health.livez),
         ("GET", "/readyz", health.readyz),
         ("GET", "/healthz", health.readyz),

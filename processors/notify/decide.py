@@ -13,7 +13,10 @@ Then, in this order:
 3. a reopen within `flap_hold_s` of its resolve is held that long and dropped, with the
    resolve that ends it, if the incident is resolved again meanwhile (flap damping);
 4. the first message of an unacknowledged sev1 repeats every `repeat_s` until it is
-   acknowledged, mitigated or resolved (at most `max_repeats`);
+   acknowledged, mitigated or resolved (at most `max_repeats`; only the reminder due now
+   is sent, earlier unsent ones are superseded by it);
+   a transition more than `max_age_s` older than the newest incident event is stale
+   (a backfill of old history does not page anyone);
 5. across incidents: silences, then a job-symptom incident whose cause is an entity another
    incident already notified this subscriber about is muted, then the rate limit;
 6. quiet hours move what may wait to their end; digests to the next cron tick.
@@ -28,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from processors.incidents.model import Incident, IncidentEvent, apply
+from processors.incidents.model import Incident, IncidentEvent, apply, fold
 from processors.notify.model import Decision, Silence, Subscription, decision_id
 
 SEVERITY_RANK = {"sev1": 1, "sev2": 2, "sev3": 3, "sev4": 4}
@@ -156,8 +159,9 @@ def for_incident(sub: Subscription, incident: str, log: Sequence[IncidentEvent],
             until = change.time + timedelta(seconds=sub.wait_s)
             settled = next((s.labels for s in reversed(snapshots) if s.time <= until),
                            change.after)
-        if not wanted or not (_selected(sub, settled) or _selected(sub, change.after)
-                              or _selected(sub, change.before)):
+        chosen = _selected(sub, settled) if first is None else (
+            _selected(sub, change.after) or _selected(sub, change.before))
+        if not wanted or not chosen:
             if change.transition == "resolved":
                 last_resolved = change.time
             continue
@@ -197,28 +201,33 @@ def for_incident(sub: Subscription, incident: str, log: Sequence[IncidentEvent],
                 continue
         out.append(_decision(sub, incident, change))
     if first is not None:
-        out += _repeats(sub, incident, first, all_changes, now)
+        out += _repeats(sub, incident, first, log, now)
     return out
 
 
-def _repeats(sub: Subscription, incident: str, first: Decision, all_changes: list[Change],
-             now: datetime) -> list[Decision]:
-    if sub.repeat_s <= 0 or first.severity != "sev1":
+def _repeats(sub: Subscription, incident: str, first: Decision,
+             log: Sequence[IncidentEvent], now: datetime) -> list[Decision]:
+    """The reminder due now for an unacknowledged sev1 (earlier ones superseded by it);
+    none once it was acknowledged, mitigated or resolved, or after the repeat window."""
+    if sub.repeat_s <= 0 or first.severity != "sev1" or now < first.not_before:
         return []
+    every = timedelta(seconds=sub.repeat_s)
+    due = min(int((now - first.not_before) / every), sub.max_repeats)
+    if now - first.not_before > every * (sub.max_repeats + 1) or due < 1:
+        return []
+    final = next(iter(fold(list(log)).values()))
+    handled = [t for t in (final.acknowledged_at, final.mitigated_at, final.resolved_at)
+               if t is not None]
+    times = [first.not_before + every * k for k in range(1, due + 1)]
+    live = [at for at in times if not any(t <= at for t in handled)]
     out = []
-    for k in range(1, sub.max_repeats + 1):
-        at = first.not_before + timedelta(seconds=sub.repeat_s * k)
-        if at > now + timedelta(seconds=sub.repeat_s):
-            break
-        known = [c for c in all_changes if c.time <= at]
-        state = known[-1] if known else None
-        handled = state is not None and any(t is not None and t <= at for t in (
-            state.acknowledged_at, state.mitigated_at, state.resolved_at))
-        if handled:
-            break
+    for k, at in enumerate(live, start=1):
+        latest = k == len(live)
         out.append(Decision(decision_id(sub.id, incident, f"repeat-{k}"), sub.id, incident,
-                            "repeat", f"repeat-{k}", first.seq, first.time, at, "pending",
-                            f"unacknowledged sev1: repeat {k} of at most {sub.max_repeats}",
+                            "repeat", f"repeat-{k}", first.seq, first.time, at,
+                            "pending" if latest else "suppressed",
+                            f"unacknowledged sev1: reminder {k} of at most {sub.max_repeats}"
+                            if latest else f"superseded by reminder {len(live)}",
                             severity=first.severity, labels=first.labels))
     return out
 
@@ -229,6 +238,7 @@ def decide(subscriptions: Iterable[Subscription], silences: Sequence[Silence],
     from processors.notify.schedule import deliver_at
 
     out: list[Decision] = []
+    watermark = max((e.time for log in logs.values() for e in log), default=now)
     for sub in sorted(subscriptions, key=lambda s: s.id):
         if not sub.enabled:
             continue
@@ -236,6 +246,11 @@ def decide(subscriptions: Iterable[Subscription], silences: Sequence[Silence],
         for incident, log in logs.items():
             mine += for_incident(sub, incident, log, now)
         mine.sort(key=lambda d: (d.not_before, d.time, d.incident_id, d.key))
+        if sub.max_age_s:
+            oldest = watermark - timedelta(seconds=sub.max_age_s)
+            mine = [replace(d, status="suppressed", reason=f"stale: {d.time.isoformat()} is "
+                            f"more than {sub.max_age_s} s before the newest incident event")
+                    if d.status == "pending" and d.time < oldest else d for d in mine]
         mine = _across(sub, silences, mine, logs)
         out += [deliver_at(sub, d) for d in mine]
     return out

@@ -15,7 +15,7 @@ from processors.incidents.model import Incident, IncidentEvent, fold
 from processors.notify.model import Decision, Subscription
 
 HEADLINES = {
-    "first": "{severity} {klass} on {entity}", "opened": "{severity} {klass} on {entity}",
+    "first": "opened, owned by {owner}", "opened": "opened, owned by {owner}",
     "cause_changed": "cause now {klass} on {entity}",
     "severity_raised": "severity raised to {severity}",
     "owner_changed": "now owned by {owner}", "mitigated": "mitigated",

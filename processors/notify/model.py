@@ -171,6 +171,8 @@ class Subscription(BaseModel):
     flap_hold_s: int = Field(600, ge=0)
     """A reopen this soon after the resolve is held this long, and dropped (with the
     resolve that ends it) if the incident is resolved again meanwhile."""
+    max_age_s: int = Field(86400, ge=0)
+    """A transition this much older than the newest incident event is not sent (0: any)."""
     enabled: bool = True
     disabled_reason: str = ""
     version: int = 1
