@@ -249,8 +249,8 @@ def test_messages_carry_cause_owner_impact_recovery_and_links() -> None:
     # the severity-raised message, later, has the job's impact and its timeline link
     story = Story("ib-flap-64")
     subscriber = sub("network", "team=network")
-    raised = [d for d in decide([subscriber], [], story.logs(), LATER)
-              if d.transition == "severity_raised"][0]
+    raised = next(d for d in decide([subscriber], [], story.logs(), LATER)
+                  if d.transition == "severity_raised")
     later = message(subscriber, raised, story.log, Links())
     assert later["incident"]["impact"]["gpus"] == 512
     assert later["links"]["timeline"].endswith("var-project=llm-pretrain&var-job=pretrain")
