@@ -39,6 +39,8 @@ class Receiver:
     script: dict[str, list[tuple[int, dict[str, str], float]]] = field(default_factory=dict)
     """path -> answers to give, in order (status, headers, delay s); then 200."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    started: list[str] = field(default_factory=list)
+    """The webhook-id of every request as it arrives (before any scripted delay)."""
 
     def on(self, path: str, *answers: tuple[int, dict[str, str], float]) -> None:
         self.script.setdefault(path, []).extend(answers)
@@ -80,6 +82,7 @@ def receiver() -> Iterator[Receiver]:
             secrets = box.secrets.get(path)
             verified = _verify(secrets, headers, body) if secrets is not None else None
             with box.lock:
+                box.started.append(headers.get("webhook-id", ""))
                 answers = box.script.get(path) or []
                 status, extra, delay = answers.pop(0) if answers else (200, {}, 0.0)
             if delay:
