@@ -239,8 +239,10 @@ def silences(ctx: click.Context) -> None:
 @click.option("--once", is_flag=True, help="One decide and one delivery pass, then exit")
 @click.option("--interval", type=float, default=5.0, help="Seconds between passes")
 @click.option("--passes", type=int, default=0, help="Stop after N passes (0: run on)")
+@click.option("--decide-only", is_flag=True, help="Write the outbox, deliver nothing")
 @click.pass_context
-def notify(ctx: click.Context, once: bool, interval: float, passes: int) -> None:
+def notify(ctx: click.Context, once: bool, interval: float, passes: int,
+           decide_only: bool) -> None:
     """Decide notifications from the incident logs and deliver what is due."""
     from jobtrail.alerts.worker import Deliverer, decide_pass
 
@@ -249,7 +251,7 @@ def notify(ctx: click.Context, once: bool, interval: float, passes: int) -> None
     done = 0
     while True:
         decided, written = decide_pass(alerts)
-        attempts = deliverer.run()
+        attempts = [] if decide_only else deliverer.run()
         counts: dict[str, int] = {}
         for a in attempts:
             counts[a.status] = counts.get(a.status, 0) + 1

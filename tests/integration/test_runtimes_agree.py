@@ -59,6 +59,22 @@ def _incident_logs(home: Path, env: dict[str, str]) -> list[tuple[object, ...]]:
     return sorted(rows)
 
 
+def _decisions(home: Path, env: dict[str, str]) -> list[tuple[object, ...]]:
+    for name, owner, match in (("fabric", "team:network", "team=network"),
+                               ("everything", "ops", "severity=~sev.*")):
+        subprocess.run([*JOBTRAIL, "--home", str(home), "subscribe", name, "--owner", owner,
+                        "--match", match, "--channel", "slack", "--url-env", "HOOK"],
+                       capture_output=True, text=True, timeout=120, check=True, env=env)
+    subprocess.run([*JOBTRAIL, "--home", str(home), "notify", "--once", "--decide-only"],
+                   capture_output=True, text=True, timeout=120, check=True, env=env)
+    out = subprocess.run([*JOBTRAIL, "--home", str(home), "notifications", "--json"],
+                         capture_output=True, text=True, timeout=120, check=True, env=env)
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert rows
+    return sorted((r["id"], r["subscription_id"], r["incident_id"], r["transition"],
+                   r["status"], r["not_before"], r["reason"]) for r in rows)
+
+
 def _incident_topic(bootstrap: str, topic: str) -> list[tuple[str, int, str]]:
     import asyncio
 
@@ -117,6 +133,8 @@ def test_embedded_and_faust_give_identical_timelines(kafka_broker: str, tmp_path
     assert len({r[0] for r in faust_log}) >= 2 and len(faust_log) > 100
     published = _incident_topic(kafka_broker, settings.topic("incident-events"))
     assert sorted(set(published)) == sorted({(r[0], r[1], r[2]) for r in faust_log})
+    # and so the same notification decisions, suppressions and their reasons included
+    assert _decisions(tmp_path / "faust", env) == _decisions(embedded, env)
     relations = {(r[2], r[3]) for r in embedded_rows}
     early = [r for r in embedded_rows if r[4] == "node-010/gpu1"]
     assert [(r[1], r[3], r[5]) for r in early] == [(1, "gpu", "node-010/gpu1 → node-010")]
