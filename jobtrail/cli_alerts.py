@@ -249,8 +249,11 @@ def notify(ctx: click.Context, once: bool, interval: float, passes: int,
     alerts = _alerts(ctx)
     deliverer = Deliverer(alerts, _secrets(ctx), _settings(ctx))
     done = 0
+    since: datetime | None = None  # the first pass decides over every log
     while True:
-        decided, written = decide_pass(alerts)
+        started = datetime.now(UTC)
+        decided, written = decide_pass(alerts, started, since)
+        since = started - timedelta(seconds=interval + 5)  # overlap: nothing falls between
         attempts = [] if decide_only else deliverer.run()
         counts: dict[str, int] = {}
         for a in attempts:

@@ -195,3 +195,27 @@ def test_no_channel_secret_reaches_the_store(store: Store, tmp_path: Path,
         dump += str(store.client.query(f"SELECT * FROM {table}").result_rows)
     assert "XXXXsecretpathXXXX" not in dump and signing not in dump
     assert (tmp_path / "secrets.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_an_incremental_pass_decides_what_a_full_pass_does(store: Store, tmp_path: Path,
+                                                           box: Receiver) -> None:
+    from processors.incidents.model import Actor, Command
+
+    story = scenarios.load(scenarios.LIBRARY / "ib-flap-64.yaml")
+    sink = Sink(store, Pipeline(timedelta(seconds=30), scenarios.wiring(story),
+                                rules=story.rules))
+    sink.handle(story.events)
+    rig = Rig(store, tmp_path, box)
+    rig.subscribe("network", "slack", "/chat", "team=network",
+                  on=["opened", "severity_raised", "resolved"])
+    assert decide_pass(rig.alerts, T)[1] > 0
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    (inc,) = store.incidents(None)
+    sink.command(Command(command_id="r1", incident_id=inc["incident_id"], command="resolve",
+                         actor=Actor(kind="person", name="ic-ana"),
+                         time=story.events[-1].time + timedelta(minutes=5)))
+    decided, written = decide_pass(rig.alerts, T, since=before)
+    assert written == 1  # the resolve, nothing else rewritten
+    assert decide_pass(rig.alerts, T)[1] == 0  # a full pass agrees: nothing to change
+    assert [n["transition"] for n in rig.alerts.notifications()] == [
+        "opened", "severity_raised", "resolved"]

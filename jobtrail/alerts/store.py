@@ -92,15 +92,33 @@ class AlertStore:
 
     # --- the outbox ------------------------------------------------------------------------
 
-    def decisions(self) -> dict[str, dict[str, Any]]:
+    def decisions(self, incidents: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
         rows = self.store._dicts(
-            "SELECT id, status, not_before, reason, digest_key, folded FROM notifications FINAL")
+            "SELECT id, incident_id, status, not_before, reason, digest_key, folded "
+            "FROM notifications FINAL WHERE {all:Bool} OR incident_id IN {ids:Array(String)}",
+            all=incidents is None, ids=list(incidents or []))
         return {r["id"]: r for r in rows}
 
-    def write_decisions(self, decisions: Sequence[Decision]) -> int:
+    def changed_since(self, since: datetime) -> list[str]:
+        """Incidents whose log grew after `since` (stored time), and the open,
+        unacknowledged sev1s (their reminders depend on the clock)."""
+        rows = self.store._dicts(
+            "SELECT DISTINCT incident_id FROM incident_log WHERE recorded_at > "
+            "{since:DateTime64(3, 'UTC')} UNION DISTINCT SELECT incident_id FROM incidents "
+            "FINAL WHERE severity = 'sev1' AND status NOT IN ('resolved', 'closed') "
+            "AND acknowledged_at IS NULL AND mitigated_at IS NULL", since=since)
+        return sorted(r["incident_id"] for r in rows)
+
+    def watermark(self) -> datetime | None:
+        rows = self.store._dicts("SELECT max(time) AS t, count() AS n FROM incident_log")
+        return rows[0]["t"] if rows and rows[0]["n"] else None
+
+    def write_decisions(self, decisions: Sequence[Decision],
+                        incidents: Sequence[str] | None = None) -> int:
         """Insert the decisions that are new or changed (never one already delivered);
-        returns how many rows were written."""
-        known = self.decisions()
+        a pending one no longer decided for `incidents` (None: all) is withdrawn. Returns
+        how many rows were written."""
+        known = self.decisions(incidents)
         delivered = self.finished(ids=list(known))
         now = datetime.now(UTC)
         revision = int(now.timestamp() * 1000)

@@ -164,12 +164,20 @@ def group_logs(events: Sequence[IncidentEvent]) -> dict[str, list[IncidentEvent]
     return out
 
 
-def decide_pass(alerts: AlertStore, now: datetime | None = None) -> tuple[int, int]:
-    """Decide from every incident log; returns (decisions, rows written)."""
+def decide_pass(alerts: AlertStore, now: datetime | None = None,
+                since: datetime | None = None) -> tuple[int, int]:
+    """Decide from the incident logs (all, or those that changed after `since` and the
+    open unacknowledged sev1s); returns (decisions, rows written)."""
     now = now or datetime.now(UTC)
-    decisions = decide(alerts.subscriptions(), alerts.silences(),
-                       group_logs(alerts.store.load_incident_log()), now)
-    return len(decisions), alerts.write_decisions(decisions)
+    if since is None:
+        logs = group_logs(alerts.store.load_incident_log())
+        scope = None
+    else:
+        scope = alerts.changed_since(since)
+        logs = {i: alerts.store.incident_log(i) for i in scope}
+    decisions = decide(alerts.subscriptions(), alerts.silences(), logs, now,
+                       watermark=alerts.watermark() if since is not None else None)
+    return len(decisions), alerts.write_decisions(decisions, scope)
 
 
 def unsubscribe_token(secrets: Secrets, sub_id: str) -> str:
@@ -193,9 +201,12 @@ class Deliverer:
         self.mail = mail or smtp_sender(settings, secrets.env)
         self.links = Links(settings.public_url, settings.grafana_url)
 
-    def _message(self, sub: Subscription, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    def _message(self, sub: Subscription, rows: list[dict[str, Any]],
+                 logs: dict[str, list[IncidentEvent]]) -> dict[str, Any]:
         head = _decision(rows[0])
-        msg = message(sub, head, self.alerts.store.incident_log(head.incident_id), self.links,
+        if head.incident_id not in logs:
+            logs[head.incident_id] = self.alerts.store.incident_log(head.incident_id)
+        msg = message(sub, head, logs[head.incident_id], self.links,
                       transitions=[_decision(r) for r in rows] if head.digest_key else ())
         if head.digest_key:
             msg["id"] = "dig-" + hashlib.sha256(f"{sub.id}\x00{head.digest_key}".encode()) \
@@ -244,6 +255,7 @@ class Deliverer:
             units.setdefault(unit, []).append(row)
         jobs: list[Job] = []
         cancelled: list[Attempt] = []
+        logs: dict[str, list[IncidentEvent]] = {}
         for (sub_id, _), rows in units.items():
             sub = subs.get(sub_id)
             ids = [r["id"] for r in rows]
@@ -258,7 +270,7 @@ class Deliverer:
                               for i in ids]
                 continue
             first = min((p["first_at"] for p in prev), default=now)
-            jobs.append(Job(sub, ids, number, first, self._message(sub, rows)))
+            jobs.append(Job(sub, ids, number, first, self._message(sub, rows, logs)))
         return jobs, cancelled
 
     def deliver(self, jobs: Sequence[Job], now: datetime) -> list[tuple[Job, Reply, int]]:

@@ -14,7 +14,7 @@ import contextlib
 import hmac
 import json
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiohttp import web
@@ -234,9 +234,12 @@ async def alerts_loop(app: web.Application) -> Any:
     deliverer = Deliverer(alerts, Secrets(settings.home), settings)
     senders = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alerts")
 
+    cursor: list[datetime | None] = [None]  # the first pass decides over every log
+
     async def one_pass() -> None:
         now = datetime.now(UTC)
-        await backend.call(decide_pass, alerts, now)
+        await backend.call(decide_pass, alerts, now, cursor[0])
+        cursor[0] = now - timedelta(seconds=settings.alerts_interval_s + 5)  # overlap
         jobs, cancelled = await backend.call(deliverer.prepare, now)
         loop = asyncio.get_running_loop()
         sent = await loop.run_in_executor(senders, deliverer.deliver, jobs, now)

@@ -141,15 +141,32 @@ def _decision(sub: Subscription, incident: str, change: Change, *, key: str = ""
                     labels=change.after)
 
 
+@dataclass(frozen=True)
+class History:
+    """One incident's transitions and label snapshots as a set of projects sees them, and
+    its final state: computed once per incident and binding, shared by subscriptions."""
+
+    changes: list[Change]
+    snapshots: list[Snapshot]
+    final: Incident
+
+
+def history(log: Sequence[IncidentEvent], projects: Sequence[str] = ()) -> History:
+    snapshots: list[Snapshot] = []
+    found = changes(log, projects, snapshots)
+    return History(found, snapshots, next(iter(fold(list(log)).values())))
+
+
 def for_incident(sub: Subscription, incident: str, log: Sequence[IncidentEvent],
-                 now: datetime) -> list[Decision]:
+                 now: datetime, seen: History | None = None) -> list[Decision]:
     """Steps 1-4 for one incident."""
     out: list[Decision] = []
     first: Decision | None = None
     last_resolved: datetime | None = None
     damped_until: datetime | None = None
-    snapshots: list[Snapshot] = []
-    all_changes = changes(log, sub.projects, snapshots)
+    seen = seen or history(log, sub.projects)
+    snapshots = seen.snapshots
+    all_changes = seen.changes
     resolves = [c.time for c in all_changes if c.transition == "resolved"]
     for change in all_changes:
         wanted = change.transition in sub.on or (first is None and change.transition
@@ -201,12 +218,12 @@ def for_incident(sub: Subscription, incident: str, log: Sequence[IncidentEvent],
                 continue
         out.append(_decision(sub, incident, change))
     if first is not None:
-        out += _repeats(sub, incident, first, log, now)
+        out += _repeats(sub, incident, first, seen.final, now)
     return out
 
 
-def _repeats(sub: Subscription, incident: str, first: Decision,
-             log: Sequence[IncidentEvent], now: datetime) -> list[Decision]:
+def _repeats(sub: Subscription, incident: str, first: Decision, final: Incident,
+             now: datetime) -> list[Decision]:
     """The reminder due now for an unacknowledged sev1 (earlier ones superseded by it);
     none once it was acknowledged, mitigated or resolved, or after the repeat window."""
     if sub.repeat_s <= 0 or first.severity != "sev1" or now < first.not_before:
@@ -215,7 +232,6 @@ def _repeats(sub: Subscription, incident: str, first: Decision,
     due = min(int((now - first.not_before) / every), sub.max_repeats)
     if now - first.not_before > every * (sub.max_repeats + 1) or due < 1:
         return []
-    final = next(iter(fold(list(log)).values()))
     handled = [t for t in (final.acknowledged_at, final.mitigated_at, final.resolved_at)
                if t is not None]
     times = [first.not_before + every * k for k in range(1, due + 1)]
@@ -233,18 +249,26 @@ def _repeats(sub: Subscription, incident: str, first: Decision,
 
 
 def decide(subscriptions: Iterable[Subscription], silences: Sequence[Silence],
-           logs: Mapping[str, Sequence[IncidentEvent]], now: datetime) -> list[Decision]:
-    """Every decision for every enabled subscription, ordered by subscription and time."""
+           logs: Mapping[str, Sequence[IncidentEvent]], now: datetime,
+           watermark: datetime | None = None) -> list[Decision]:
+    """Every decision for every enabled subscription, ordered by subscription and time.
+    `watermark` is the newest incident event time (default: the newest in `logs`; pass it
+    when `logs` holds only the incidents that changed)."""
     from processors.notify.schedule import deliver_at
 
     out: list[Decision] = []
-    watermark = max((e.time for log in logs.values() for e in log), default=now)
+    if watermark is None:
+        watermark = max((e.time for log in logs.values() for e in log), default=now)
+    seen: dict[tuple[str, tuple[str, ...]], History] = {}
     for sub in sorted(subscriptions, key=lambda s: s.id):
         if not sub.enabled:
             continue
         mine: list[Decision] = []
         for incident, log in logs.items():
-            mine += for_incident(sub, incident, log, now)
+            key = (incident, tuple(sorted(sub.projects)))
+            if key not in seen:
+                seen[key] = history(log, sub.projects)
+            mine += for_incident(sub, incident, log, now, seen[key])
         mine.sort(key=lambda d: (d.not_before, d.time, d.incident_id, d.key))
         if sub.max_age_s:
             oldest = watermark - timedelta(seconds=sub.max_age_s)
