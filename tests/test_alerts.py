@@ -294,3 +294,36 @@ def test_channel_shapes() -> None:
                                                      "whsec_" + "bXlzZWNyZXRrZXkxMjM0NTY3ODk="])
     assert headers["webhook-id"] == msg["id"]
     assert len(headers["webhook-signature"].split()) == 2  # both while the secret rotates
+
+
+def test_a_job_symptom_joined_to_a_notified_infra_incident_is_muted() -> None:
+    from processors.incidents.model import Actor, IncidentEvent, apply, new_event
+    from schemas import incident_events as ev
+
+    detector = Actor(kind="processor", name="detector", rule="test")
+    t0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+    def story(incident: str, steps: list[tuple[int, Any]]) -> list[IncidentEvent]:
+        state, out = None, []
+        for n, (minute, payload) in enumerate(steps):
+            event = new_event(state, incident, payload, t0 + timedelta(minutes=minute),
+                              detector, f"{incident}-{n}")
+            state = apply(state, event)
+            out.append(event)
+        return out
+
+    infra = story("inc-port", [
+        (0, ev.IncidentOpened.model_validate({"key": "entity:leaf-01/p2", "class": "network",
+                                              "entity": "leaf-01/p2"})),
+        (0, ev.OwnerAssigned(team="network", rule="network"))])
+    symptom = story("inc-job", [
+        (5, ev.IncidentOpened.model_validate({"key": "job:p/j/1", "class": "nccl_hang",
+                                              "entity": "p/j/1"})),
+        (5, ev.OwnerAssigned(team="training-infra", rule="nccl_hang")),
+        (5, ev.CauseUpdated.model_validate({"class": "network", "entity": "leaf-01/p2",
+                                            "source": "infrastructure"}))])
+    decisions = decide([sub("ops", repeat_s=0)], [], {"inc-port": infra, "inc-job": symptom},
+                       LATER)
+    (muted,) = [d for d in decisions if d.incident_id == "inc-job" and d.key == "first"]
+    assert muted.status == "suppressed" and muted.reason == "joined inc-port, already notified"
+    assert [d.incident_id for d in sent(decisions)] == ["inc-port"]

@@ -65,6 +65,7 @@ def labels(inc: Incident, projects: Sequence[str] = ()) -> dict[str, tuple[str, 
         "job": tuple(sorted({f"{j.project}/{j.job_id}" for j in jobs})),
         "entity": (inc.entity,), "cause_entity": (inc.cause_entity or inc.entity,),
         "rule": (inc.rule,), "status": (inc.status,),
+        "scope": ("job" if inc.job_scoped else "entity",),
     }
 
 
@@ -297,14 +298,17 @@ def _across(sub: Subscription, silences: Sequence[Silence], decisions: list[Deci
                                reason=f"silenced by {silence.id}: {silence.reason}"))
             continue
         entity = (d.labels.get("entity") or ("",))[0]
-        cause = (d.labels.get("cause_entity") or ("",))[0]
         if d.key == "first":
-            joined = notified.get(cause) if cause and cause != entity else None
-            if joined is not None and joined[0] != d.incident_id and joined[1] <= d.not_before:
-                out.append(replace(d, status="suppressed",
-                                   reason=f"joined {joined[0]}, already notified"))
-                continue
-            notified.setdefault(entity, (d.incident_id, d.not_before))
+            if (d.labels.get("scope") or ("",))[0] == "job":
+                # a job's own incident whose cause is an entity another incident told this
+                # subscriber about: that message already covers it
+                joined = notified.get(entity)
+                if joined is not None and joined[1] <= d.not_before:
+                    out.append(replace(d, status="suppressed",
+                                       reason=f"joined {joined[0]}, already notified"))
+                    continue
+            else:
+                notified.setdefault(entity, (d.incident_id, d.not_before))
         sent = [t for t in sent if d.not_before - t < window]
         if sub.mode == "immediate" and len(sent) >= sub.rate_limit.count:
             out.append(replace(d, status="suppressed",

@@ -24,8 +24,9 @@ TRANSITIONS = ("opened", "cause_changed", "severity_raised", "owner_changed", "m
                "recovery_verified", "recovery_failed", "resolved", "reopened",
                "postmortem_published")
 LABELS = ("team", "owner", "class", "severity", "project", "job", "entity", "cause_entity",
-          "rule", "status")
-"""What matchers can name (`team` and `owner` are the same label: the owning team)."""
+          "rule", "status", "scope")
+"""What matchers can name (`team` and `owner` are the same label: the owning team; `scope`
+is `job` for a job's own incident, `entity` for an entity's)."""
 CHANNELS = ("webhook", "slack", "mattermost", "teams", "email")
 Transition = Literal["opened", "cause_changed", "severity_raised", "owner_changed", "mitigated",
                      "recovery_verified", "recovery_failed", "resolved", "reopened",
