@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_compose_services_are_complete() -> None:
     compose = yaml.safe_load((ROOT / "deploy/docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"kafka", "clickhouse", "worker", "api", "grafana"}
+    assert set(services) == {"kafka", "clickhouse", "worker", "api", "notify", "grafana"}
+    assert services["notify"]["command"] == ["notify"]
     for name, service in services.items():
         assert "image" in service or "build" in service, name
     assert services["worker"]["command"] == ["worker"]
@@ -24,7 +25,7 @@ def test_compose_services_are_complete() -> None:
 def test_kubernetes_manifests_are_well_formed() -> None:
     docs = list(yaml.safe_load_all((ROOT / "deploy/k8s/jobtrail.yaml").read_text()))
     kinds = [d["kind"] for d in docs]
-    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Service"]
+    assert kinds == ["ConfigMap", "Deployment", "Deployment", "Deployment", "Service"]
     for doc in docs:
         assert doc["apiVersion"] and doc["metadata"]["name"]
         if doc["kind"] == "Deployment":
@@ -32,7 +33,7 @@ def test_kubernetes_manifests_are_well_formed() -> None:
             assert doc["spec"]["selector"]["matchLabels"].items() <= \
                 template["metadata"]["labels"].items()
             for container in template["spec"]["containers"]:
-                assert container["args"][0] in {"worker", "serve"}
+                assert container["args"][0] in {"worker", "serve", "notify"}
 
 
 def test_no_literal_secrets_in_deploy() -> None:

@@ -181,8 +181,11 @@ def decide_pass(alerts: AlertStore, now: datetime | None = None,
 
 
 def unsubscribe_token(secrets: Secrets, sub_id: str) -> str:
+    """The HMAC in an email's unsubscribe link. Its key: JOBTRAIL_UNSUBSCRIBE_KEY (shared by
+    the API and the deliverer in a cluster), else one made once in HOME's secret store."""
     try:
-        key = secrets.get("secret:unsubscribe-key")
+        key = secrets.env.get("JOBTRAIL_UNSUBSCRIBE_KEY") or secrets.get(
+            "secret:unsubscribe-key")
     except MissingSecret:
         import secrets as random
 
