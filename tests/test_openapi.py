@@ -56,7 +56,9 @@ def test_the_document_names_every_event_type_and_adapter() -> None:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home = tmp_path_factory.mktemp("openapi") / "home"
     env = {"JOBTRAIL_API_TOKENS": TOKENS,
-           "JOBTRAIL_TOPOLOGY": str(Path(__file__).parent.parent / "examples/topology-64.yaml")}
+           "JOBTRAIL_TOPOLOGY": str(Path(__file__).parent.parent / "examples/topology-64.yaml"),
+           # generated subscriptions must never deliver anywhere: no loop, loopback only
+           "JOBTRAIL_ALERTS_INTERVAL_S": "0", "JOBTRAIL_ALERT_HOSTS": "127.0.0.1"}
     with serve(home, env) as server:
         assert http("POST", f"{server.url}/v1/events", sample.jsonl().encode(),
                     token="tok-ops").status == 202

@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 from email.message import EmailMessage
-from email.utils import format_datetime, make_msgid
+from email.utils import format_datetime
 from typing import Any
 
 from processors.notify.message import text
@@ -131,7 +131,7 @@ def email(msg: dict[str, Any], *, to: str, sender: str, unsubscribe: str,
     mail["To"] = to
     mail["Date"] = format_datetime(at)
     domain = sender.rsplit("@", 1)[-1] or "jobtrail"
-    mail["Message-ID"] = make_msgid(idstring=msg["id"], domain=domain)
+    mail["Message-ID"] = f"<{msg['id']}@{domain}>"  # stable: a retry is the same message
     thread = f"<{inc['id']}@{domain}>"  # every message of an incident in one thread
     mail["In-Reply-To"] = thread
     mail["References"] = thread
