@@ -327,3 +327,22 @@ def test_a_job_symptom_joined_to_a_notified_infra_incident_is_muted() -> None:
     (muted,) = [d for d in decisions if d.incident_id == "inc-job" and d.key == "first"]
     assert muted.status == "suppressed" and muted.reason == "joined inc-port, already notified"
     assert [d.incident_id for d in sent(decisions)] == ["inc-port"]
+
+
+def test_postmortem_due_and_overdue_followups_are_told_once_their_date_passes() -> None:
+    story = Story("ib-flap-64")
+    story.do("add_action", title="Replace the optics", owner="network", due="2026-12-01")
+    story.do("resolve")
+    watch = sub("network", "team=network", on=["postmortem_due", "followup_overdue"],
+                max_age_s=0)
+    early = decide([watch], [], story.logs(), datetime(2026, 12, 2, 12, tzinfo=UTC))
+    assert [(d.transition, d.reason) for d in sent(early)] == [
+        ("followup_overdue", "due 2026-12-01")]
+    later = decide([watch], [], story.logs(), datetime(2026, 12, 10, tzinfo=UTC))
+    assert sorted(d.transition for d in sent(later)) == ["followup_overdue", "postmortem_due"]
+    assert len({d.id for d in later}) == 2  # the same ids on every later pass
+    (action,) = [a for a in story.main.actions.values() if a.title == "Replace the optics"]
+    story.do("update_action", action_id=action.action_id, status="done")
+    assert [d.transition for d in sent(decide([watch], [], story.logs(),
+                                             datetime(2026, 12, 10, tzinfo=UTC)))] == [
+        "postmortem_due"]

@@ -173,6 +173,15 @@ def test_http_subscriptions_are_bound_to_the_tokens_projects(tmp_path: Path) -> 
             assert http("POST", f"{server.url}/v1/notifications/"
                                 f"{delivered.headers['webhook-id']}/redeliver",
                         token="tok-vision").status == 404
+            silences = f"{server.url}/v1/silences"
+            sil = http("POST", silences, {"matchers": ["class=network"], "for_s": 3600,
+                                          "reason": "fabric maintenance"}, token="tok-llm")
+            assert sil.status == 201 and sil.body["projects"] == ["llm-pretrain"]
+            assert http("GET", silences, token="tok-llm").body["silences"][0]["id"] == \
+                sil.body["id"]
+            assert http("GET", silences, token="tok-vision").body["silences"] == []
+            assert http("POST", silences, {"matchers": [], "for_s": 60, "reason": "x"},
+                        token="tok-llm").status == 422
             # one-click unsubscribe from an email link: the token in it, not a bearer
             link = f"{api}/{sub['id']}/unsubscribe"
             assert http("POST", f"{link}?token=forged").status == 403

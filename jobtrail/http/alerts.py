@@ -213,6 +213,51 @@ async def unsubscribe(request: web.Request) -> web.Response:
     return reply({"unsubscribed": sub_id})
 
 
+async def list_silences(request: web.Request) -> web.Response:
+    who = principal(request)
+    alerts, _, _ = _parts(request)
+    found = await request.app[BACKEND].call(alerts.silences, who.scope)
+    return reply({"silences": [s.model_dump(mode="json") for s in found]})
+
+
+async def create_silence(request: web.Request) -> web.Response:
+    """`POST /v1/silences` `{"matchers": [...], "ends": ISO or "for_s": N, "reason": ...}`:
+    a token's silence covers only its projects' incidents."""
+    import hashlib
+
+    from pydantic import ValidationError
+
+    from processors.notify.model import Matcher, Silence
+
+    who = principal(request)
+    alerts, _, _ = _parts(request)
+    now = datetime.now(UTC)
+    try:
+        body = json.loads(await request.read() or b"{}")
+        if not isinstance(body, dict):
+            raise ValueError("the body must be a JSON object")
+        if "for_s" in body:
+            ends = now + timedelta(seconds=float(body["for_s"]))
+        elif "ends" in body:
+            ends = datetime.fromisoformat(str(body["ends"]))
+        else:
+            raise ValueError("ends or for_s: required")
+        matchers = [Matcher.parse(str(m)) for m in body.get("matchers") or []]
+        silence = Silence.model_validate({
+            "id": "sil-" + hashlib.sha256(f"{who.name}{body}{now}".encode()).hexdigest()[:10],
+            "matchers": [m.model_dump() for m in matchers], "starts": now, "ends": ends,
+            "reason": str(body.get("reason") or ""), "by": str(body.get("by") or who.name),
+            "projects": [] if who.operator else sorted(who.projects)})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        fail(web.HTTPUnprocessableEntity,
+             f"{'.'.join(str(x) for x in first['loc'])}: {first['msg']}")
+    except (ValueError, TypeError, OverflowError) as exc:
+        fail(web.HTTPUnprocessableEntity, str(exc))
+    await request.app[BACKEND].call(alerts.put_silence, silence, who.name)
+    return reply(silence.model_dump(mode="json"), status=201)
+
+
 # --- the loop `jobtrail serve` runs (embedded mode) ---------------------------------------
 
 
@@ -270,6 +315,8 @@ ROUTES = [
     ("POST", "/v1/subscriptions/{sub_id}/test", test_subscription),
     ("GET", "/v1/subscriptions/{sub_id}/unsubscribe", unsubscribe),
     ("POST", "/v1/subscriptions/{sub_id}/unsubscribe", unsubscribe),
+    ("GET", "/v1/silences", list_silences),
+    ("POST", "/v1/silences", create_silence),
     ("GET", "/v1/deliveries", deliveries),
     ("POST", "/v1/notifications/{notification_id}/redeliver", redeliver),
 ]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from processors.incidents.model import Incident, IncidentEvent, apply, fold
 from processors.notify.model import Decision, Silence, Subscription, decision_id
@@ -220,6 +220,44 @@ def for_incident(sub: Subscription, incident: str, log: Sequence[IncidentEvent],
         out.append(_decision(sub, incident, change))
     if first is not None:
         out += _repeats(sub, incident, first, seen.final, now)
+    return out + _deadlines(sub, incident, seen, now)
+
+
+def _deadlines(sub: Subscription, incident: str, seen: History,
+               now: datetime) -> list[Decision]:
+    """Clock-driven transitions, due once their date has passed (as of `now`): the
+    postmortem is due and not published, a follow-up is overdue and still open."""
+    from processors.postmortem.checklist import CLOSED_ACTIONS, postmortem_due
+
+    final = seen.final
+    lab = labels(final, sub.projects)
+    if not _selected(sub, lab) or final.opened_at is None:
+        return []
+    found: list[tuple[str, str, str]] = []  # transition, key, due date
+    if "postmortem_due" in sub.on:
+        due = postmortem_due(final) or final.pm.due
+        if due and final.pm.status not in ("published", "waived"):
+            found.append(("postmortem_due", f"postmortem-due-{due}", due))
+    if "followup_overdue" in sub.on:
+        mine = set(sub.projects)
+        for action in sorted(final.actions.values(), key=lambda a: a.action_id):
+            if action.status in CLOSED_ACTIONS or action.status == "done" or not action.due:
+                continue
+            if mine and action.projects and not set(action.projects) & mine:
+                continue
+            found.append(("followup_overdue", f"overdue-{action.action_id}-{action.due}",
+                          action.due))
+    out = []
+    for transition, key, due in found:
+        try:
+            at = datetime.fromisoformat(due).replace(tzinfo=UTC) + timedelta(days=1)
+        except ValueError:
+            continue
+        if at > now:
+            continue  # not due yet: decided on the pass after it is
+        out.append(Decision(decision_id(sub.id, incident, key), sub.id, incident, transition,
+                            key, final.seq, at, at, "pending", f"due {due}",
+                            severity=final.severity, labels=lab))
     return out
 
 

@@ -22,6 +22,7 @@ HEADLINES = {
     "recovery_verified": "recovery verified", "recovery_failed": "no restart: recovery failed",
     "resolved": "resolved", "reopened": "reopened",
     "postmortem_published": "postmortem published", "repeat": "still unacknowledged",
+    "postmortem_due": "postmortem due", "followup_overdue": "a follow-up is overdue",
 }
 
 

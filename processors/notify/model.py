@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 TRANSITIONS = ("opened", "cause_changed", "severity_raised", "owner_changed", "mitigated",
                "recovery_verified", "recovery_failed", "resolved", "reopened",
-               "postmortem_published")
+               "postmortem_published", "postmortem_due", "followup_overdue")
 LABELS = ("team", "owner", "class", "severity", "project", "job", "entity", "cause_entity",
           "rule", "status", "scope")
 """What matchers can name (`team` and `owner` are the same label: the owning team; `scope`
@@ -30,7 +30,7 @@ is `job` for a job's own incident, `entity` for an entity's)."""
 CHANNELS = ("webhook", "slack", "mattermost", "teams", "email")
 Transition = Literal["opened", "cause_changed", "severity_raised", "owner_changed", "mitigated",
                      "recovery_verified", "recovery_failed", "resolved", "reopened",
-                     "postmortem_published"]
+                     "postmortem_published", "postmortem_due", "followup_overdue"]
 DEFAULT_ON: tuple[Transition, ...] = ("opened", "cause_changed", "severity_raised",
                                       "owner_changed", "recovery_failed", "resolved",
                                       "reopened")
