@@ -15,7 +15,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,12 @@ class Context:
     attempt: int | None = None
     node: str = ""
     origin: str = "input"
+    boot_time: datetime | None = None
+    """When the machine booted: places seconds-since-boot prefixes (raw dmesg, /dev/kmsg)."""
+    tz: str = "UTC"
+    """The zone of local times in lines (dmesg -T, syslog, glog)."""
+    year: int | None = None
+    """The year of lines that do not say it (syslog, glog); default: inferred."""
 
 
 @dataclass(frozen=True)
@@ -64,33 +70,14 @@ def raw_evidence(payload: Any) -> str:
     return redact_text(text)[:RAW_LIMIT]
 
 
-_ISO = re.compile(r"^\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
-                  r"(?:Z|[+-]\d\d:?\d\d)?)\]? (?:(?P<host>[\w.-]+) (?=\S+?(?:\[\d+\])?: ))?")
-_SYSLOG = re.compile(r"^(?P<mon>[A-Z][a-z]{2}) +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d) "
-                     r"(?P<host>\S+) ")
-_MONTHS = {m: i for i, m in enumerate(
-    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
-
-
 def line_time(line: str, ctx: Context) -> tuple[str, str, str]:
-    """(time, host, time_source) from a log line's prefix.
+    """(time, host, time_source) from a log line's prefix (`ingest.timestamps.read`: ISO,
+    dmesg -T / -x / raw, kmsg, syslog, RFC 5424, glog, epoch). Without a time in the line it
+    is when the shipper observed it and `time_source` says `observed`."""
+    from ingest.timestamps import read
 
-    ISO (`2026-11-30T08:57:34.120Z host prog: ...`, `[2026-11-30T08:57:34.120] ...`, Python
-    logging's `2026-11-30 08:57:34,120`) and syslog (`Nov 30 08:57:34 host prog: ...`, no year:
-    the year of `observed_at`). A time without a zone is UTC. Without a prefix the time is when
-    the shipper observed the line and `time_source` says `observed`.
-    """
-    iso = _ISO.match(line)
-    if iso:
-        return (iso.group("ts").replace(",", ".").replace(" ", "T", 1), iso.group("host") or "",
-                "line")
-    syslog = _SYSLOG.match(line)
-    if syslog:
-        hh, mm, ss = (int(x) for x in syslog.group("hms").split(":"))
-        when = datetime(ctx.observed_at.year, _MONTHS[syslog.group("mon")],
-                        int(syslog.group("day")), hh, mm, ss, tzinfo=UTC)
-        return when.isoformat(), syslog.group("host"), "line"
-    return ctx.observed_at.isoformat(), "", "observed"
+    stamp = read(line, ctx)
+    return stamp.time, stamp.host, stamp.source
 
 
 _FIELD = re.compile(r"\{(\w+)\}")
@@ -127,9 +114,74 @@ def json_object(text: str, what: str = "the body") -> dict[str, Any]:
     return payload
 
 
+@dataclass
+class Report:
+    """What an adapter did with its input: lines read, and the ones no record used (with a
+    few examples), and how many events carry no time from their line."""
+
+    adapter: str
+    lines: int = 0
+    skipped: int = 0
+    examples: list[str] = field(default_factory=list)
+    untimed: int = 0
+
+    def summary(self) -> str:
+        if not self.lines:
+            return ""
+        out = (f"{self.adapter}: read {self.lines} line(s), {self.lines - self.skipped} used, "
+               f"{self.skipped} skipped (nothing this adapter reads)")
+        if self.untimed:
+            out += (f"; {self.untimed} event(s) had no time in their line and carry the time "
+                    "they were read (attributes.time_source=observed: give --boot-time, --tz "
+                    "or --year if the lines have one jobtrail could not place)")
+        return out
+
+
+def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
+    """Which non-blank lines some record came from (its raw evidence or message holds the
+    line), for a line-oriented adapter; events stamped with the time they were read."""
+    from schemas.events import Event
+
+    out = Report(adapter.name)
+    seen: set[str] = set()
+    for d in decoded:
+        if isinstance(d, Event):
+            if d.attributes.get("time_source") == "observed":
+                out.untimed += 1
+            pieces = [str(d.attributes.get("raw") or ""), d.message or ""]
+        else:
+            pieces = [str(getattr(d, "payload", "") or "")]
+        for piece in pieces:
+            seen.update(p.strip() for p in piece.splitlines() if p.strip())
+    if not adapter.line_oriented:
+        return out
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        out.lines += 1
+        if redact_text(stripped)[:RAW_LIMIT].strip() in seen or stripped in seen:
+            continue
+        out.skipped += 1
+        if len(out.examples) < 3:
+            out.examples.append(redact_text(stripped)[:160])
+    return out
+
+
 def run(adapter: Adapter, raw: bytes | str, ctx: Context) -> list[Decoded]:
     """Parse with `adapter`, then validate every draft like canonical input."""
+    return run_report(adapter, raw, ctx)[0]
+
+
+def run_report(adapter: Adapter, raw: bytes | str, ctx: Context) -> tuple[list[Decoded],
+                                                                           Report]:
+    """`run`, and what it skipped."""
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    out = _run(adapter, text, ctx)
+    return out, report(adapter, text, out)
+
+
+def _run(adapter: Adapter, text: str, ctx: Context) -> list[Decoded]:
     out: list[Decoded] = []
     stage = f"adapter.{adapter.name}"
     try:

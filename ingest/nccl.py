@@ -26,8 +26,6 @@ from ingest.adapters import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
 from schemas.failure_text import classify
 
-_TS = re.compile(r"^\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
-                 r"(?:Z|[+-]\d\d:?\d\d)?)\]?")
 _WATCHDOG = re.compile(
     r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: WorkNCCL\("
     r"(?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:[^)]*?Timeout\(ms\)=(?P<timeout>\d+))?"
@@ -48,10 +46,10 @@ _PROGRESS = re.compile(r"(?:^|\s)step=(?P<step>\d+)(?P<rest>(?:\s+\w+=\S+)*)")
 
 
 def _time(line: str, ctx: Context) -> tuple[str, str]:
-    match = _TS.match(line.strip())
-    if match:
-        return match.group("ts").replace(",", ".").replace(" ", "T", 1), "line"
-    return ctx.observed_at.isoformat(), "observed"
+    from ingest.timestamps import read
+
+    stamp = read(line.strip(), ctx)
+    return stamp.time, stamp.source
 
 
 def _num(value: str) -> float | None:

@@ -4,7 +4,8 @@ One line at a time (DCGM's table is a multi-line record), prefixes as in `line_t
 recognised (docs/adapters.md has an example of each); other lines are skipped:
 
 - `NVRM: Xid (PCI:...): 79, ...` -> `node.xid` (read by the xid adapter);
-- `mlx5_core 0000:3b:00.0 ib0: Link down|up` -> `network.port_down|up` (scope nic);
+- `mlx5_core 0000:3b:00.0 ib0: Link down|up` and the newer `mlx5_5: Port: 1 Link
+  ACTIVE|DOWN` -> `network.port_up|down` (scope nic; INIT/ARMED are skipped);
 - mlx5 `Port module event: module 0, Cable unplugged|plugged` -> `port_down|up`, and
   `Port module event[error]: ...` -> `network.link_errors`;
 - Lustre `Connection to <fs>-OST0003 (at nid) was lost` / `Connection restored to ...` ->
@@ -38,7 +39,9 @@ from ingest import xid
 from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
 from ingest.redact import clip
 
-_MLX_LINK = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]+) (?P<iface>\w+): Link (?P<state>up|down)")
+_MLX_LINK = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]+) (?P<iface>\w+): (?:Port: (?P<port>\d+) )?"
+                       r"Link (?P<state>up|down|ACTIVE|DOWN|INIT|ARMED|DOWN_DEFER)\b", re.I)
+_MLX_STATE = {"up": "up", "active": "up", "down": "down", "down_defer": "down"}
 _MLX_MODULE = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]+?):? Port module event(?P<err>\[error\])?"
                          r": module (?P<module>\d+), (?P<what>[^,]+)")
 _LUSTRE_TARGET = re.compile(r"(?P<fs>[\w]+)-(?P<target>(?:OST|MDT)[0-9a-f]{4})")
@@ -148,11 +151,14 @@ def _line(line: str, ctx: Context, ref: str) -> dict[str, Any] | Reject | None:
     node = host or ctx.node
     body = line
     record: dict[str, Any] | None = None
-    if m := _MLX_LINK.search(body):
-        record = {"type": f"network.port_{m.group('state')}", "scope": "nic",
+    if (m := _MLX_LINK.search(body)) and (state := _MLX_STATE.get(m.group("state").lower())):
+        # INIT and ARMED are steps of coming up: not a state change worth an event
+        record = {"type": f"network.port_{state}", "scope": "nic",
                   "entity": f"{node}/{m.group('iface')}",
-                  "severity": "error" if m.group("state") == "down" else "info",
-                  "attributes": {"pci": m.group("pci"), "iface": m.group("iface")}}
+                  "severity": "error" if state == "down" else "info",
+                  "attributes": {"pci": m.group("pci"), "iface": m.group("iface"),
+                                 "port": int(m.group("port")) if m.group("port") else None,
+                                 "state": m.group("state")}}
     elif m := _MLX_MODULE.search(body):
         what = m.group("what").strip()
         if m.group("err"):

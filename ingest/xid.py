@@ -4,8 +4,10 @@ Accepted shapes:
 - syslog: `Nov 30 08:57:34 node-041 kernel: NVRM: Xid (PCI:0000:9b:00): 79, pid=..., GPU has
   fallen off the bus.` (no year, no zone: the year of `observed_at`, UTC; documented)
 - ISO prefix: `2026-11-30T08:57:34.120Z node-041 kernel: NVRM: Xid ...`
-- bare dmesg: `[123456.789] NVRM: Xid (PCI:0000:9b:00): 79, ...` (uptime only: the time is
-  `observed_at`, and `attributes.time_source = observed`).
+- every prefix of `ingest.timestamps` (dmesg -T and -x, raw dmesg and /dev/kmsg with a boot
+  time, else `time_source = observed`; glog, RFC 5424, epoch);
+- the Xid-less "fallen off the bus" block of newer drivers -> Xid 79 (`xid_less: true`).
+Severity is the catalogue's unless the line says `Fatal` / `Non-fatal` (NVLink5 codes do).
 Other lines are skipped (a kernel log is mostly not Xids); a line that says `Xid` but cannot be
 read is dead-lettered. The catalog maps the Xid number to a class and NVIDIA's recommended
 action (from NVIDIA's Xid catalog, summarised).
@@ -40,14 +42,88 @@ CATALOG: dict[int, tuple[str, str, str]] = {
     92: ("gpu_hardware", "high single-bit ECC rate: monitor; replace if it grows", "warning"),
     94: ("gpu_hardware", "contained ECC error: restart the affected application", "error"),
     95: ("gpu_hardware", "uncontained ECC error: reset the GPU and drain the node", "critical"),
+    109: ("application", "context switch timeout: restart the application; a GPU reset if "
+                         "it repeats", "error"),
     119: ("gpu_hardware", "GSP RPC timeout: reset the GPU; update firmware/driver", "critical"),
     120: ("gpu_hardware", "GSP error: reset the GPU; update firmware/driver", "critical"),
+    121: ("gpu_hardware", "C2C (chip-to-chip) link error: reset the GPU; replace on repeat",
+          "critical"),
+    140: ("gpu_hardware", "unrecovered ECC error: reset the GPU and drain the node", "critical"),
+    143: ("gpu_hardware", "GPU initialisation failure: reset; replace if it repeats",
+          "critical"),
+    # NVLink5 (Blackwell) unit errors: the line says Fatal or Non-fatal
+    144: ("nvlink", "NVLink SAW error: reset the GPU if fatal; check the link", "error"),
+    145: ("nvlink", "NVLink RLW error: reset the GPU if fatal; check the link", "error"),
+    146: ("nvlink", "NVLink TLW error: reset the GPU if fatal; check the link", "error"),
+    147: ("nvlink", "NVLink TREX error: reset the GPU if fatal; check the link", "error"),
+    148: ("nvlink", "NVLink NVLPW control error: reset the GPU if fatal", "error"),
+    149: ("nvlink", "NVLink NETIR error: reset the GPU if fatal; check the fabric", "error"),
+    150: ("nvlink", "NVLink MSE error: reset the GPU if fatal", "error"),
+    154: ("gpu_hardware", "the driver asks for a recovery action (GPU reset, node reboot or "
+                          "drain): do what the line says", "critical"),
 }
 
+
+def _severity(default: str, detail: str) -> str:
+    """The line's own word beats the catalogue's: `Non-fatal` is a warning, `Fatal` is
+    critical (NVLink5 and newer codes say which)."""
+    lower = detail.lower()
+    if "non-fatal" in lower or "nonfatal" in lower or "non fatal" in lower:
+        return "warning"
+    if re.search(r"\bfatal\b", lower):
+        return "critical"
+    return default
+
 _XID = re.compile(r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, (?P<detail>.*))?")
+_OFF_BUS_GPU = re.compile(r"NVRM: (?:The NVIDIA )?GPU (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:"
+                          r"[0-9a-fA-F]{2}\.\d)")
+
+
+def _off_the_bus(lines: list[str], number: int, ctx: Context) -> dict[str, Any] | Reject | None:
+    """The Xid-less "fallen off the bus" report (newer drivers print it over several lines,
+    `NVRM: The NVIDIA GPU 0000:b3:00.0` / `(PCI ID: ...)` / `fallen off the bus ...`): Xid 79
+    of the GPU the block names, at the time of the block's first line ({} when an Xid 79 of
+    the same GPU is printed next to it: the same failure)."""
+    window = lines[max(0, number - 4):number]
+    start = next((line for line in reversed(window) if _OFF_BUS_GPU.search(line)), None)
+    if start is None:
+        return None
+    pci = _OFF_BUS_GPU.search(start)
+    assert pci is not None
+    time, host, source = line_time(start, ctx)
+    node = host or ctx.node
+    block = "\n".join(window[window.index(start):])
+    if not node:
+        return Reject("node", "no host in the line and none given by the shipper",
+                      raw_evidence(block), f"{ctx.origin}:{number}")
+    bus = pci.group("pci")
+    short = bus.rsplit(".", 1)[0].lower()  # the Xid line's form: domain:bus:device
+    for near in lines[max(0, number - 6):number + 5]:  # the driver printed the Xid too
+        xid = _XID.search(near)
+        if xid and xid.group("xid") == "79" and xid.group("pci").lower() == short:
+            return {}
+    klass, action, severity = CATALOG[79]
+    return {
+        "type": "node.xid", "time": time, "severity": severity, "scope": "gpu",
+        "entity": f"{node}/pci-{short}", "node": node,
+        "message": clip(" ".join(" ".join(block.split()).split(" NVRM: ")), 500),
+        "attributes": {"xid": 79, "pci": short, "detail": "GPU has fallen off the bus (the "
+                       "driver printed no Xid)", "xid_less": True, "class": klass,
+                       "action": action, "time_source": source, "raw": raw_evidence(block)},
+    }
+
+
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out: list[dict[str, Any] | Reject] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
+        if "fallen off the bus" in line and not _XID.search(line):
+            found = _off_the_bus(lines, number, ctx)
+            if found == {}:
+                continue  # the same failure as the Xid 79 next to it
+            if found is not None:
+                out.append(found)
+                continue
         if "Xid" not in line:
             continue
         ref = f"{ctx.origin}:{number}"
@@ -65,6 +141,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         xid = int(match.group("xid"))
         klass, action, severity = CATALOG.get(xid, ("unknown", "look up the Xid in NVIDIA's "
                                                     "catalog", "error"))
+        severity = _severity(severity, match.group("detail") or "")
         pci = match.group("pci")
         out.append({
             "type": "node.xid", "time": time, "severity": severity, "scope": "gpu",

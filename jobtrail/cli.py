@@ -78,14 +78,18 @@ def _ingest_text(settings: Settings, raw: bytes | str, *, producer: str, origin:
     if adapter == "canonical":
         decoded = decode(raw, producer=producer, observed_at=now, origin=origin)
     else:
-        from ingest.adapters import Context, registry, run
+        from ingest.adapters import Context, registry, run_report
 
         ctx = Context(producer=producer, observed_at=now, origin=origin, **(context or {}))
         try:
             adapters = registry(settings.adapter_config())
         except (OSError, ValueError) as exc:
             raise click.ClickException(f"adapter mapping: {exc}") from None
-        decoded = run(adapters[adapter], raw, ctx)
+        decoded, report = run_report(adapters[adapter], raw, ctx)
+        if report.summary():
+            click.echo(report.summary())
+            for example in report.examples:
+                click.echo(f"  skipped: {example}")
     runtime = open_runtime(settings, topology=topology)
     try:
         runtime.submit(decoded)
@@ -118,14 +122,46 @@ def _formats() -> list[str]:
 @click.option("--job", "job_id", default="", help="For job logs: the job id")
 @click.option("--attempt", type=int, default=None, help="For job logs: the attempt")
 @click.option("--node", default="", help="Node the lines came from, when they do not say")
+@click.option("--boot-time", "boot_time", default="",
+              help="When the node booted (ISO 8601, epoch seconds, or a /proc/stat file): "
+                   "places seconds-since-boot prefixes (raw dmesg, /dev/kmsg)")
+@click.option("--tz", "zone", default="UTC", help="Time zone of local times in the lines "
+                                                  "(dmesg -T, syslog, glog)")
+@click.option("--year", type=int, default=None, help="Year of lines that do not say it "
+                                                     "(default: inferred)")
 @click.pass_context
 def ingest(ctx: click.Context, file: Any, fmt: str, producer: str, cluster: str, project: str,
-           job_id: str, attempt: int | None, node: str) -> None:
+           job_id: str, attempt: int | None, node: str, boot_time: str, zone: str,
+           year: int | None) -> None:
     """Ingest FILE (- for stdin): canonical JSON, or a source's own format with --format."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise click.BadParameter(f"{zone!r} is not an IANA time zone", param_hint="--tz") \
+            from None
     context = {"cluster": cluster, "project": project, "job_id": job_id, "attempt": attempt,
-               "node": node}
+               "node": node, "boot_time": _boot_time(boot_time), "tz": zone, "year": year}
     _ingest_text(_settings(ctx), file.read(), producer=producer, origin=file.name,
                  adapter=fmt, context=context)
+
+
+def _boot_time(value: str) -> datetime | None:
+    """--boot-time: ISO 8601, epoch seconds, or a file holding /proc/stat (its btime)."""
+    if not value:
+        return None
+    if value.replace(".", "", 1).isdigit():
+        return datetime.fromtimestamp(float(value), tz=UTC)
+    path = Path(value)
+    if path.is_file():
+        from ingest.timestamps import boot_time_from_proc_stat
+
+        found = boot_time_from_proc_stat(path.read_text(errors="replace"))
+        if found is None:
+            raise click.BadParameter(f"{value}: no btime line", param_hint="--boot-time")
+        return found
+    return _parse_when(value)
 
 
 def _parse_when(value: str | None) -> datetime | None:

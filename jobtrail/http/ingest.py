@@ -55,6 +55,29 @@ async def ingest_events(request: web.Request) -> web.Response:
     return _answer(decoded, all_bad_is_422=True)
 
 
+def _time_headers(h: Any) -> tuple[Any, str, int | None]:
+    """X-Jobtrail-Boot-Time (ISO 8601 or epoch seconds), X-Jobtrail-Timezone (IANA),
+    X-Jobtrail-Year: how to place line times the lines do not fully say."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from schemas.events import parse_time
+
+    boot_raw, zone = h.get("X-Jobtrail-Boot-Time", ""), h.get("X-Jobtrail-Timezone", "UTC")
+    year_raw = h.get("X-Jobtrail-Year", "")
+    boot = None
+    try:
+        if boot_raw:
+            boot = (datetime.fromtimestamp(float(boot_raw), tz=UTC)
+                    if boot_raw.replace(".", "", 1).isdigit() else parse_time(boot_raw))
+        ZoneInfo(zone)
+    except (ValueError, OverflowError, OSError, ZoneInfoNotFoundError):
+        fail(web.HTTPBadRequest, "X-Jobtrail-Boot-Time must be ISO 8601 or epoch seconds and "
+                                 "X-Jobtrail-Timezone an IANA zone")
+    if year_raw and not (year_raw.isdigit() and 1970 <= int(year_raw) <= 2200):
+        fail(web.HTTPBadRequest, "X-Jobtrail-Year must be a year")
+    return boot, zone, int(year_raw) if year_raw else None
+
+
 async def ingest_source(request: web.Request) -> web.Response:
     """A push source's own payload (Alertmanager webhook, log lines); job context for logs
     comes from `X-Jobtrail-*` headers."""
@@ -71,11 +94,13 @@ async def ingest_source(request: web.Request) -> web.Response:
     if attempt and not (attempt.isdigit() and len(attempt) <= 9):
         fail(web.HTTPBadRequest, "X-Jobtrail-Attempt must be a non-negative integer")
     project = h.get("X-Jobtrail-Project", "")
+    boot_time, zone, year = _time_headers(h)
     ctx = Context(producer=clip(h.get("X-Jobtrail-Producer", adapter.name), 128),
                   observed_at=datetime.now(UTC), cluster=h.get("X-Jobtrail-Cluster", "default"),
                   project=project, job_id=h.get("X-Jobtrail-Job", ""),
                   attempt=int(attempt) if attempt else None,
-                  node=h.get("X-Jobtrail-Node", ""), origin="body")
+                  node=h.get("X-Jobtrail-Node", ""), origin="body", boot_time=boot_time,
+                  tz=zone, year=year)
     if project and (why := who.write_refusal(project)):
         fail(web.HTTPForbidden, why)
     raw = await request.read()

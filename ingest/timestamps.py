@@ -1,0 +1,203 @@
+"""The time a log line says it happened, in every prefix clusters print.
+
+An event stamped with the time it was read when its line had a time is a defect, so every
+line adapter reads its prefix here. What is understood (examples from public bug reports,
+tests/fixtures/logs/SOURCES.md):
+
+- ISO 8601 (journalctl -o short-iso, Python logging, dmesg --time-format=iso):
+  `2025-01-21T04:41:44,283302+00:00`, `2026-11-30 08:57:34,120`, `[2026-11-30T08:57:34Z]`;
+- dmesg -x facility and level before any of these: `kern  :warn  : 2025-01-21T04:...`;
+- dmesg -T / --ctime (local time): `[Sun Feb 23 16:24:18 2025]`;
+- syslog and journalctl's default (no year): `Nov 30 08:57:34 host prog[12]: `, with
+  `.123456` fractions (-o short-precise);
+- RFC 5424 / 3164 with a priority: `<13>1 2026-11-30T08:57:34Z host app - - - `,
+  `<34>Nov 30 08:57:34 host `;
+- glog / absl (PyTorch's C++, torchrun; no year): `E1206 18:44:12.123456 12345 file.cc:42] `,
+  and PyTorch's per-rank form `[rank1]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] `;
+- journalctl -o short-unix: `1764492000.123456 host kernel: `;
+- raw dmesg, seconds since boot: `[ 1843.308145] `;
+- /dev/kmsg: `6,1234,5678901234,-;` (priority, sequence, microseconds since boot, flags).
+
+`time_source` says which: `line`, `line_year` (the year was inferred), `boot` (seconds since
+boot placed by the boot time) or `observed` (no time in the line: when it was read).
+
+A local time (no zone) is in the context's time zone (`--tz`, default UTC). A year the line
+does not say is the context's (`--year`), else the year of when it was read, one less when
+that would put the line more than a day in the future (December's lines read in January).
+Seconds since boot need the boot time (`--boot-time`, or `btime` from /proc/stat); without
+it the line keeps its offset (`attributes.boot_offset_s`) and is stamped when read, flagged
+`time_source: observed`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+if TYPE_CHECKING:
+    from ingest.adapters import Context
+
+_MONTHS = {m: i for i, m in enumerate(
+    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"],
+    start=1)}
+_MON = "(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_DOW = "(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
+_HOST = r"(?P<host>[\w.-]+)"
+
+_KMSG = re.compile(r"^(?P<pri>\d{1,3}),(?P<seq>\d+),(?P<usec>\d+)(?:,[^;]*)?;(?P<rest>.*)$",
+                   re.S)
+_FACILITY = re.compile(r"^(?:kern|user|mail|daemon|auth|syslog|lpr|news|uucp|cron|authpriv|"
+                       r"ftp|local[0-7])\s*:\s*(?P<level>emerg|alert|crit|err|warn|notice|"
+                       r"info|debug)\s*:\s*")
+_RFC5424 = re.compile(r"^<(?P<pri>\d{1,3})>1 (?P<ts>\S+) (?P<host>\S+) (?P<app>\S+) \S+ \S+ "
+                      r"(?:-|(?:\[[^\]]*\])+) ?")
+_PRI = re.compile(r"^<(?P<pri>\d{1,3})>(?:1 )?")
+_ISO = re.compile(r"^\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
+                  r"(?P<zone>Z|[+-]\d\d:?\d\d)?)\]?\s+(?:" + _HOST + r" (?=\S+?(?:\[\d+\])?: ))?")
+_CTIME = re.compile(r"^\[" + _DOW + r" (?P<mon>" + _MON + r") +(?P<day>\d{1,2}) "
+                    r"(?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]\s*")
+_SYSLOG = re.compile(r"^(?P<mon>" + _MON + r") +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d)"
+                     r"(?P<frac>\.\d+)? " + _HOST + r" ")
+_GLOG = re.compile(r"^(?:\[rank\d+\]:)?\[?(?P<level>[IWEF])(?P<mm>[01]?\d)(?P<dd>[0-3]\d)"
+                   r" (?P<hms>\d\d:\d\d:\d\d)(?P<frac>\.\d+)?(?:\s+(?P<tid>\d+))?\s+"
+                   r"(?P<file>[^\s:\]]+:\d+)\]\s?")
+_EPOCH = re.compile(r"^(?P<epoch>1\d{9}(?:\.\d+)?) " + _HOST + r" ")
+_UPTIME = re.compile(r"^\[\s*(?P<sec>\d+\.\d+)\]\s?")
+_LEVELS = {"emerg": "critical", "alert": "critical", "crit": "critical", "err": "error",
+           "warn": "warning", "notice": "info", "info": "info", "debug": "debug"}
+_PRIORITY = ["critical", "critical", "critical", "error", "warning", "info", "info", "debug"]
+_GLOG_LEVELS = {"I": "info", "W": "warning", "E": "error", "F": "critical"}
+
+
+@dataclass(frozen=True)
+class Stamp:
+    time: str
+    """ISO 8601, UTC."""
+    source: str
+    """line, line_year (the year inferred), boot (seconds since boot + the boot time),
+    observed (no time in the line, or one that cannot be placed: when it was read)."""
+    host: str = ""
+    rest: str = ""
+    """The line after its prefix."""
+    level: str = ""
+    """A severity the prefix states (kmsg priority, dmesg -x level, glog letter)."""
+    boot_offset_s: float | None = None
+
+
+def _zone(ctx: Context) -> ZoneInfo:
+    try:
+        return ZoneInfo(ctx.tz or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def _year(ctx: Context, month: int, day: int) -> int:
+    if ctx.year:
+        return ctx.year
+    year = ctx.observed_at.year
+    try:
+        if datetime(year, month, day, tzinfo=UTC) > ctx.observed_at + timedelta(days=1):
+            return year - 1
+    except ValueError:  # 29 February of a year that has none: the previous leap year's
+        return year - 1
+    return year
+
+
+def _local(ctx: Context, year: int, month: int, day: int, hms: str, frac: str = "") -> str:
+    hh, mm, ss = (int(x) for x in hms.split(":"))
+    micro = int((frac.lstrip(".") + "000000")[:6]) if frac else 0
+    when = datetime(year, month, day, hh, mm, ss, micro, tzinfo=_zone(ctx))
+    return when.astimezone(UTC).isoformat()
+
+
+def _iso(ts: str, zone: str | None, ctx: Context) -> str:
+    text = ts.replace(",", ".").replace(" ", "T", 1)
+    if zone and re.fullmatch(r"[+-]\d{4}", zone):
+        text = text[: -len(zone)] + zone[:3] + ":" + zone[3:]
+    when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_zone(ctx))
+    return when.astimezone(UTC).isoformat()
+
+
+def _boot(ctx: Context, seconds: float, rest: str, level: str = "") -> Stamp:
+    if ctx.boot_time is None:
+        return Stamp(ctx.observed_at.isoformat(), "observed", "", rest, level, seconds)
+    when = ctx.boot_time + timedelta(seconds=seconds)
+    return Stamp(when.astimezone(UTC).isoformat(), "boot", "", rest, level, seconds)
+
+
+def read(line: str, ctx: Context) -> Stamp:
+    """The time, host and the rest of `line` (see the module's table)."""
+    text = line.lstrip("\ufeff")
+    m = _KMSG.match(text)
+    if m:
+        level = _PRIORITY[int(m["pri"]) & 7]
+        return _boot(ctx, int(m["usec"]) / 1e6, m["rest"], level)
+    m = _FACILITY.match(text)
+    if m:
+        inner = read(text[m.end():], ctx)
+        return Stamp(inner.time, inner.source, inner.host, inner.rest,
+                     _LEVELS.get(m["level"], ""), inner.boot_offset_s)
+    m = _RFC5424.match(text)
+    if m:
+        try:
+            when = _iso(m["ts"], None, ctx)
+        except ValueError:
+            when = ""
+        if when:
+            host = "" if m["host"] == "-" else m["host"]
+            app = "" if m["app"] == "-" else f"{m['app']}: "
+            return Stamp(when, "line", host, app + text[m.end():],
+                         _PRIORITY[int(m["pri"]) & 7])
+    m = _PRI.match(text)
+    if m:
+        inner = read(text[m.end():], ctx)
+        level = inner.level or _PRIORITY[int(m["pri"]) & 7]
+        return Stamp(inner.time, inner.source, inner.host, inner.rest, level,
+                     inner.boot_offset_s)
+    m = _ISO.match(text)
+    if m:
+        try:
+            return Stamp(_iso(m["ts"], m["zone"], ctx), "line", m["host"] or "",
+                         text[m.end():])
+        except ValueError:
+            pass
+    m = _CTIME.match(text)
+    if m:
+        when = _local(ctx, int(m["year"]), _MONTHS[m["mon"]], int(m["day"]), m["hms"])
+        return Stamp(when, "line", "", text[m.end():])
+    m = _UPTIME.match(text)
+    if m:
+        return _boot(ctx, float(m["sec"]), text[m.end():])
+    m = _SYSLOG.match(text)
+    if m:
+        month, day = _MONTHS[m["mon"]], int(m["day"])
+        try:
+            when = _local(ctx, _year(ctx, month, day), month, day, m["hms"], m["frac"] or "")
+        except ValueError:
+            return Stamp(ctx.observed_at.isoformat(), "observed", m["host"], text[m.end():])
+        return Stamp(when, "line" if ctx.year else "line_year", m["host"], text[m.end():])
+    m = _GLOG.match(text)
+    if m:
+        month, day = int(m["mm"]), int(m["dd"])
+        try:
+            when = _local(ctx, _year(ctx, month, day), month, day, m["hms"], m["frac"] or "")
+        except ValueError:
+            return Stamp(ctx.observed_at.isoformat(), "observed", "", text)
+        return Stamp(when, "line" if ctx.year else "line_year", "", text[m.end():],
+                     _GLOG_LEVELS[m["level"]])
+    m = _EPOCH.match(text)
+    if m:
+        epoch = datetime.fromtimestamp(float(m["epoch"]), tz=UTC)
+        return Stamp(epoch.isoformat(), "line", m["host"], text[m.end():])
+    return Stamp(ctx.observed_at.isoformat(), "observed", "", text)
+
+
+def boot_time_from_proc_stat(text: str) -> datetime | None:
+    """`btime` of /proc/stat (seconds since the epoch when the machine booted)."""
+    m = re.search(r"^btime (\d+)$", text, re.M)
+    return datetime.fromtimestamp(int(m[1]), tz=UTC) if m else None

@@ -1,0 +1,139 @@
+"""Public samples (tests/ingest/fixtures/SOURCES.md), read field by field, the event time
+first: a line that says when it happened is stamped with that time, never the read time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingest.adapters import Context, registry, run_report
+from ingest.timestamps import boot_time_from_proc_stat, read
+from schemas.dead_letters import DeadLetter
+from schemas.events import Event
+
+FIXTURES = Path(__file__).parent / "fixtures"
+READ_AT = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+BOOT = datetime(2025, 1, 25, 10, 0, tzinfo=UTC)
+
+
+def _run(fmt: str, name: str, **context: Any) -> tuple[list[Event], list[DeadLetter], Any]:
+    ctx = Context(producer="public", observed_at=READ_AT, cluster="c", origin=name,
+                  **{"node": "gpu-node-1", **context})
+    out, report = run_report(registry()[fmt], (FIXTURES / fmt / name).read_text(), ctx)
+    return ([e for e in out if isinstance(e, Event)],
+            [d for d in out if isinstance(d, DeadLetter)], report)
+
+
+def _at(*parts: int, micro: int = 0) -> datetime:
+    return datetime(*parts, micro, tzinfo=UTC)  # type: ignore[misc]
+
+
+def test_dmesg_ctime_lines_keep_their_time() -> None:
+    events, letters, report = _run("xid", "public_dmesg_ctime.log")
+    assert not letters
+    assert [(e.type, e.time, e.attributes["xid"], e.entity) for e in events] == [
+        ("node.xid", _at(2024, 8, 30, 11, 43, 9), 13, "gpu-node-1/pci-0000:cb:00"),
+        ("node.xid", _at(2024, 8, 30, 11, 43, 14), 109, "gpu-node-1/pci-0000:cb:00")]
+    assert {e.attributes["time_source"] for e in events} == {"line"}
+    assert events[1].attributes["class"] == "application"
+    assert (report.lines, report.skipped, report.untimed) == (3, 1, 0)
+    # dmesg -T is local time: in another zone the instant moves
+    berlin, _, _ = _run("xid", "public_dmesg_ctime.log", tz="Europe/Berlin")
+    assert berlin[0].time == _at(2024, 8, 30, 9, 43, 9)
+
+
+def test_dmesg_iso_with_facility_and_level() -> None:
+    events, letters, _ = _run("xid", "public_dmesg_iso_levels.log")
+    assert not letters
+    gsp, nvlink = events
+    assert gsp.time == _at(2025, 1, 25, 10, 34, 54, micro=859000)
+    assert (gsp.attributes["xid"], gsp.attributes["class"], gsp.severity) == (
+        119, "gpu_hardware", "critical")
+    assert nvlink.attributes["xid"] == 145 and nvlink.attributes["class"] == "nvlink"
+    assert nvlink.severity == "critical"  # the line says Fatal
+    assert nvlink.time == _at(2025, 1, 25, 10, 36, 10)
+
+
+def test_seconds_since_boot_need_the_boot_time_and_say_so_without_it() -> None:
+    events, letters, report = _run("xid", "public_dmesg_uptime.log", boot_time=BOOT)
+    assert not letters
+    block, xid = events
+    assert block.time == BOOT + timedelta(seconds=1843.308)
+    assert (block.attributes["xid"], block.attributes["xid_less"]) == (79, True)
+    assert block.entity == "gpu-node-1/pci-0000:b3:00"
+    assert block.attributes["time_source"] == "boot"
+    assert xid.time == BOOT + timedelta(seconds=1900)
+    assert xid.entity == "gpu-node-1/pci-0000:44:00"
+    blind, _, blind_report = _run("xid", "public_dmesg_uptime.log")
+    assert {e.attributes["time_source"] for e in blind} == {"observed"}
+    assert {e.time for e in blind} == {READ_AT}
+    assert blind_report.untimed == 2 and "--boot-time" in blind_report.summary()
+    assert report.untimed == 0
+
+
+def test_kmsg_records() -> None:
+    events, letters, report = _run("xid", "public_kmsg.log", boot_time=BOOT)
+    assert not letters
+    (xid,) = events
+    assert xid.time == BOOT + timedelta(milliseconds=1843308)  # events keep milliseconds
+    assert xid.attributes["xid"] == 79 and xid.attributes["time_source"] == "boot"
+    assert report.skipped == 3  # the peermem line and the two continuation lines
+
+
+def test_journalctl_mlx5_port_states() -> None:
+    events, letters, report = _run("node-log", "public_journal_mlx5.log", node="")
+    assert not letters
+    assert [(e.type, e.time, e.entity, e.attributes["state"]) for e in events] == [
+        ("network.port_up", _at(2026, 2, 14, 5, 3, 41), "gpu-node-1/mlx5_5", "ACTIVE"),
+        ("network.port_down", _at(2026, 2, 14, 5, 9, 12), "gpu-node-1/mlx5_5", "DOWN")]
+    assert {e.attributes["time_source"] for e in events} == {"line_year"}
+    assert report.skipped == 2  # Link INIT and the workqueue line
+    later, _, _ = _run("node-log", "public_journal_mlx5.log", node="", year=2025)
+    assert later[0].time == _at(2025, 2, 14, 5, 3, 41)
+
+
+def test_pytorch_per_rank_glog_prefix() -> None:
+    events, letters, _ = _run("training-log", "public_pytorch_watchdog.log", project="llm",
+                              job_id="j1", attempt=1)
+    assert not letters
+    assert [(e.type, e.entity, e.time) for e in events] == [
+        ("comm.nccl_timeout", "rank-1", _at(2026, 6, 26, 6, 24, 44, micro=903000)),
+        ("comm.nccl_timeout", "rank-0", _at(2026, 6, 26, 6, 24, 44, micro=159000))]
+    assert {e.attributes["time_source"] for e in events} == {"line_year"}
+
+
+@pytest.mark.parametrize(("line", "when", "source"), [
+    ("2025-01-21T04:41:44,283302+00:00 NVRM: x", _at(2025, 1, 21, 4, 41, 44, micro=283302),
+     "line"),
+    ("kern  :warn  : 2025-01-21T04:41:44,283302+00:00 x",
+     _at(2025, 1, 21, 4, 41, 44, micro=283302), "line"),
+    ("2026-11-30T08:57:34+0000 host kernel: x", _at(2026, 11, 30, 8, 57, 34), "line"),
+    ("2026-11-30 08:57:34,120 INFO x", _at(2026, 11, 30, 8, 57, 34, micro=120000), "line"),
+    ("<13>1 2026-11-30T09:57:34.120+01:00 host app 12 ID47 - x",
+     _at(2026, 11, 30, 8, 57, 34, micro=120000), "line"),
+    ("<34>Nov 30 08:57:34 host su: x", _at(2026, 11, 30, 8, 57, 34), "line_year"),
+    ("Nov 30 08:57:34.123456 host kernel: x", _at(2026, 11, 30, 8, 57, 34, micro=123456),
+     "line_year"),
+    ("Dec 31 23:59:59 host kernel: x", _at(2025, 12, 31, 23, 59, 59), "line_year"),
+    ("E1206 18:44:12.123456 12345 file.cc:42] x", _at(2025, 12, 6, 18, 44, 12, micro=123456),
+     "line_year"),
+    ("I0502 10:31:12.345000 140245 torch/api.py:826] x",
+     _at(2026, 5, 2, 10, 31, 12, micro=345000), "line_year"),
+    ("1764496654.5 host kernel: x", _at(2025, 11, 30, 9, 57, 34, micro=500000), "line"),
+    ("[Sun Feb 23 16:24:18 2025] x", _at(2025, 2, 23, 16, 24, 18), "line"),
+    ("[  12.5] x", READ_AT, "observed"),
+    ("6,1,12500000,-;x", READ_AT, "observed"),
+    ("no time at all", READ_AT, "observed"),
+])
+def test_every_prefix(line: str, when: datetime, source: str) -> None:
+    stamp = read(line, Context(producer="t", observed_at=READ_AT))
+    assert (datetime.fromisoformat(stamp.time), stamp.source) == (when, source)
+
+
+def test_boot_time_from_proc_stat() -> None:
+    assert boot_time_from_proc_stat("cpu  1 2 3\nbtime 1735120800\nprocesses 9\n") == \
+        datetime(2024, 12, 25, 10, 0, tzinfo=UTC)
+    assert boot_time_from_proc_stat("cpu 1\n") is None
