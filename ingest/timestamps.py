@@ -25,7 +25,7 @@ A local time (no zone) is in the context's time zone (`--tz`, default UTC). A ye
 does not say is the context's (`--year`), else the year of when it was read, one less when
 that would put the line more than a day in the future (December's lines read in January).
 Seconds since boot need the boot time (`--boot-time`, or `btime` from /proc/stat); without
-it the line keeps its offset (`attributes.boot_offset_s`) and is stamped when read, flagged
+it the line is stamped when it was read (the offset is on the `Stamp`), flagged
 `time_source: observed`.
 """
 
