@@ -111,9 +111,55 @@ _REQUEUE = re.compile(r"(?:Requeuing|requeue(?: job)?) JobId=(?P<job>\d+(?:_\d+)
                       r"failure of node (?P<node>\S+)")
 
 
+_JOB = r"JobId=(?P<job>\d+(?:_\d+)?)"
+_SUBMIT = re.compile(r"_slurm_rpc_submit_batch_job: " + _JOB + r"(?: InitPrio=(?P<prio>\d+))?")
+_ALLOCATE = re.compile(r"sched: Allocate " + _JOB + r" NodeList=(?P<nodes>\S+)"
+                       r"(?:.*?Partition=(?P<part>\S+))?")
+_STARTED = re.compile(r"_start_job: Started " + _JOB + r" in (?P<part>\S+) on (?P<nodes>\S+)")
+_ENDED = re.compile(r"_job_complete: " + _JOB + r" (?P<how>WEXITSTATUS|WTERMSIG) (?P<code>\d+)")
+_KILL = re.compile(r"(?:_slurm_rpc_kill_job: REQUEST_KILL_JOB " + _JOB + r" uid (?P<uid>\d+)|"
+                   r"sched: Cancel of " + _JOB.replace("job>", "job2>") + r" by UID=(?P<uid2>\d+))")
+_ON_FAILED = re.compile(r"Killing " + _JOB + r" on failed node (?P<node>\S+)")
+_TIME_LIMIT = re.compile(r"Time limit exhausted for " + _JOB)
+_PREEMPTED = re.compile(r"preempted " + _JOB + r" has been requeued")
+_SIGNALS = {9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT", 11: "SIGSEGV", 7: "SIGBUS", 2: "SIGINT"}
+
+
+def _job_line(body: str) -> tuple[str, str, dict[str, Any], str] | None:
+    """(type, job id, attributes, severity) of a slurmctld job line, or None."""
+    if m := _SUBMIT.search(body):
+        prio = m.group("prio")
+        return "job.submitted", m.group("job"), {"priority": int(prio) if prio else None}, \
+            "info"
+    if m := _ALLOCATE.search(body) or _STARTED.search(body):
+        return "job.started", m.group("job"), {"nodes": expand_hostlist(m.group("nodes")),
+                                               "partition": m.group("part")}, "info"
+    if m := _ENDED.search(body):
+        code = int(m.group("code"))
+        if m.group("how") == "WEXITSTATUS":
+            return ("job.completed" if code == 0 else "job.failed", m.group("job"),
+                    {"exit_code": code}, "info" if code == 0 else "error")
+        name = _SIGNALS.get(code, f"signal {code}")
+        return "job.failed", m.group("job"), {"exit_code": 128 + code,
+                                              "reason": f"WTERMSIG {code} ({name})"}, "error"
+    if m := _KILL.search(body):
+        uid = m.group("uid") or m.group("uid2")
+        return "job.cancelled", m.group("job") or m.group("job2"), {
+            "reason": f"cancelled by uid {uid}"}, "warning"
+    if m := _ON_FAILED.search(body):
+        return "job.failed", m.group("job"), {"reason": "NODE_FAIL",
+                                              "failed_nodes": [m.group("node")]}, "error"
+    if m := _TIME_LIMIT.search(body):
+        return "job.timeout", m.group("job"), {"reason": "TIMEOUT"}, "error"
+    if m := _PREEMPTED.search(body):
+        return "job.preempted", m.group("job"), {"reason": "PREEMPTED"}, "warning"
+    return None
+
+
 def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out: list[dict[str, Any] | Reject] = []
     reasons: dict[str, str] = {}
+    ended: set[str] = set()  # jobs whose attempt already ended in this log (requeue, kill)
     for number, line in enumerate(text.splitlines(), start=1):
         time, _host, source = line_time(line, ctx)
         ref = f"{ctx.origin}:{number}"
@@ -154,6 +200,7 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                                   raw_evidence(line), ref))
                 continue
             job, node = match.group("job"), match.group("node")
+            ended.add(job)
             draft: dict[str, Any] = {
                 **base, "type": "job.requeued", "project": ctx.project, "job_id": job,
                 "severity": "error", "message": clip(body, 500),
@@ -162,6 +209,25 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             if ctx.attempt is not None:
                 draft["attempt"] = ctx.attempt
             out.append(draft)
+        elif found := _job_line(body):
+            type_, job, attributes, severity = found
+            if type_ in ("job.failed", "job.completed") and job in ended:
+                continue  # the exit of an attempt already ended (requeued on node failure)
+            if not ctx.project:
+                out.append(Reject("project", f"a {type_} line names no project: ship "
+                                  "slurmctld logs with the cluster's project "
+                                  "(X-Jobtrail-Project)", raw_evidence(line), ref))
+                continue
+            if type_ in ("job.failed", "job.cancelled", "job.timeout", "job.preempted"):
+                ended.add(job)
+            job_draft: dict[str, Any] = {
+                **base, "type": type_, "project": ctx.project, "job_id": job,
+                "severity": severity, "message": clip(body, 500),
+                "attributes": {**base["attributes"],
+                               **{k: v for k, v in attributes.items() if v is not None}}}
+            if ctx.attempt is not None:
+                job_draft["attempt"] = ctx.attempt
+            out.append(job_draft)
         elif "not responding" in body and "Node" in body:
             out.append(Reject("line", "names unresponsive nodes in an unknown wording",
                               raw_evidence(line), ref))
@@ -169,5 +235,6 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
 
 
 SCONTROL = Adapter("scontrol", parse_scontrol, doc="Slurm `scontrol show job` text")
-SLURMCTLD = Adapter("slurmctld", parse_slurmctld, doc="slurmctld log lines (node down/drain, "
-                    "requeue on node failure)", line_oriented=True)
+SLURMCTLD = Adapter("slurmctld", parse_slurmctld, doc="slurmctld log lines (node down/drain/"
+                    "resume; job submit, allocate, complete, signal, cancel, node failure, "
+                    "time limit, preemption, requeue)", line_oriented=True)

@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from schemas.events import Source
 
+# bounds of the columns these land in (a value past them could never be stored: the record is
+# dead-lettered naming the field, instead of failing every insert of its batch)
+MAX_GPUS = 10_000_000
+MAX_STEP = 2**62
 
 class Attributes(BaseModel):
     # a port or GPU given as a number (`"port": 12`) is the string "12": sources disagree;
@@ -46,12 +50,12 @@ class NoAttributes(Attributes):
 class JobSubmitted(Attributes):
     user: str | None = None
     queue: str | None = None
-    priority: int | None = None
+    priority: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     image: str | None = None
     code_version: str | None = None
     data_version: str | None = None
     config_hash: str | None = None
-    gpus: int | None = Field(default=None, ge=0)
+    gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS)
     nodes_requested: int | None = Field(default=None, ge=0)
     mounts: list[str] = Field(default_factory=list)
     checkpoint_dir: str | None = None
@@ -70,7 +74,7 @@ class JobAdmitted(Attributes):
 
 class JobStarted(Attributes):
     nodes: list[str] = Field(default_factory=list)
-    gpus: int | None = Field(default=None, ge=0)
+    gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS)
     gpu_ids: list[str] = Field(default_factory=list)
     # rank -> node; JSON object keys are strings, so ranks are strings here
     ranks: dict[str, str] = Field(default_factory=dict)
@@ -83,16 +87,16 @@ class JobStarted(Attributes):
 class JobEnded(Attributes):
     """Shared by the scheduler's terminal types: completed, failed, cancelled, timeout."""
 
-    exit_code: int | None = None
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     reason: str | None = None
     failed_ranks: list[int] = Field(default_factory=list)
     failed_nodes: list[str] = Field(default_factory=list)
-    step: int | None = Field(default=None, ge=0)
+    step: int | None = Field(default=None, ge=0, le=MAX_STEP)
 
 
 class JobRequeued(Attributes):
     reason: str | None = None
-    next_attempt: int | None = Field(default=None, ge=0)
+    next_attempt: int | None = Field(default=None, ge=0, le=1_000_000)
 
 
 class JobPreempted(Attributes):
@@ -104,7 +108,7 @@ class JobPreempted(Attributes):
 
 
 class JobStep(Attributes):
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=MAX_STEP)
     step_time_s: float | None = Field(default=None, ge=0)
     samples_per_s: float | None = Field(default=None, ge=0)
     loss: float | None = None
@@ -112,13 +116,13 @@ class JobStep(Attributes):
 
 class WorkerExited(Attributes):
     rank: int | None = Field(default=None, ge=0)
-    exit_code: int | None = None
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     signal: str | None = None
     root_cause: bool | None = None
 
 
 class CheckpointSaved(Attributes):
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=MAX_STEP)
     path: str
     model_version: str | None = None
     data_version: str | None = None
@@ -127,13 +131,13 @@ class CheckpointSaved(Attributes):
 
 
 class CheckpointFailed(Attributes):
-    step: int | None = Field(default=None, ge=0)
+    step: int | None = Field(default=None, ge=0, le=MAX_STEP)
     path: str | None = None
     reason: str
 
 
 class CheckpointRestored(Attributes):
-    step: int = Field(ge=0)
+    step: int = Field(ge=0, le=MAX_STEP)
     path: str | None = None
 
 

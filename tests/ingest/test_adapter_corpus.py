@@ -34,3 +34,28 @@ def test_nothing_lost(store: Store, tmp_path: Path, fixture: Path) -> None:
     assert store.count("events") == len(events)
     assert store.count("dead_letters") == len(letters)
     assert set(store.arrivals(sorted(events))) == events
+
+
+def test_values_past_a_column_are_dead_letters_not_failed_batches(store: Store,
+                                                                  tmp_path: Path) -> None:
+    """A Slurm InitPrio (uint32) used to overflow the Int32 column and fail every insert of
+    its batch; now it is stored, and what no column could hold is a dead letter naming it."""
+    import json
+
+    from ingest.canonical import decode
+
+    def job(i: int, **attributes: object) -> dict[str, object]:
+        return {"type": "job.submitted", "time": "2026-11-30T07:00:00Z", "cluster": "c",
+                "project": "p", "job_id": f"j{i}", "attempt": 1, "attributes": attributes}
+
+    lines = [job(1, priority=4294901759), job(2, priority=2**70), job(3, gpus=2**40)]
+    decoded = decode("\n".join(json.dumps(x) for x in lines), producer="t",
+                     observed_at=OBSERVED)
+    runner = EmbeddedRunner(Sink(store, Pipeline()), EmbeddedLog(tmp_path / "log"))
+    runner.submit(decoded)
+    runner.drain()
+    assert store.count("events") == 1
+    letters = {d.field for d in decoded if isinstance(d, DeadLetter)}
+    assert letters == {"attributes.priority", "attributes.gpus"}
+    (row,) = store.client.query("SELECT priority FROM job_attempts FINAL").result_rows
+    assert row == (4294901759,)

@@ -118,18 +118,44 @@ def test_slurmctld_lines() -> None:
     events, dead = _run("slurmctld", "slurmctld.log", cluster="cluster-a",
                         project="llm-finetune")
     assert [(e.type, e.entity or e.job_id, e.attributes.get("reason")) for e in events] == [
+        ("job.started", "880001", None),
         ("node.not_ready", "node-041", "not responding"),
         ("node.not_ready", "node-042", "not responding"),
         ("job.requeued", "880001", "NODE_FAIL"),
+        # the WTERMSIG 9 that follows the requeue is that attempt's end: not a second failure
         ("node.drained", "node-041", "Xid 79 GPU fell off the bus"),
         ("node.ready", "node-042", "responding")]
-    requeued = events[2]
+    assert events[0].attributes["nodes"] == ["node-041", "node-042"]
+    requeued = events[3]
     assert requeued.attributes["failed_nodes"] == ["node-041"] and requeued.attempt is None
     assert requeued.time.isoformat() == "2026-11-30T08:57:30.004000+00:00"
     assert [(d.field, d.event_ref) for d in dead] == [("state", "slurmctld.log:8"),
                                                        ("line", "slurmctld.log:9")]
     again, _ = _run("slurmctld", "slurmctld.log", cluster="cluster-a", project="llm-finetune")
     assert [e.id for e in again] == [e.id for e in events]
+
+
+def test_slurmctld_job_lifecycle() -> None:
+    events, dead = _run("slurmctld", "job_lifecycle.log", cluster="cluster-a",
+                        project="llm-pretrain")
+    assert not dead
+    assert [(e.type, e.job_id, e.time.strftime("%H:%M:%S.%f")[:12]) for e in events] == [
+        ("job.submitted", "880100", "07:00:00.001"), ("job.started", "880100", "07:00:05.120"),
+        ("job.completed", "880100", "07:40:00.000"), ("job.submitted", "880101", "08:00:00.000"),
+        ("job.started", "880101", "08:00:02.000"), ("job.failed", "880101", "08:30:00.000"),
+        ("job.started", "880102", "09:00:00.000"), ("job.failed", "880102", "09:10:00.000"),
+        ("job.started", "880103", "09:20:00.000"), ("job.cancelled", "880103", "09:25:00.000"),
+        ("job.timeout", "880104", "09:30:00.000")]
+    by = {(e.type, e.job_id): e for e in events}
+    assert by[("job.started", "880100")].attributes["nodes"] == [
+        "node-001", "node-002", "node-003", "node-004"]
+    assert by[("job.completed", "880100")].attributes["exit_code"] == 0
+    killed = by[("job.failed", "880101")]
+    assert (killed.attributes["exit_code"], killed.attributes["reason"]) == (
+        137, "WTERMSIG 9 (SIGKILL)")
+    assert by[("job.failed", "880102")].attributes["failed_nodes"] == ["node-007"]
+    assert by[("job.cancelled", "880103")].attributes["reason"] == "cancelled by uid 1000"
+    assert by[("job.submitted", "880100")].attributes["priority"] == 4294901759
 
 
 def test_slurmctld_requeue_needs_a_project() -> None:
