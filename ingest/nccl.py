@@ -35,7 +35,12 @@ _NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)
 _OOM = re.compile(r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]iB))?"
                   r"(?:.*?\(GPU (?P<gpu>\d+))?")
 _ROOT = re.compile(r"Root Cause \(first observed failure\)")
-_KV = re.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file)\s*:\s*(?P<v>.+?)\s*$")
+_KV = re.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<v>.+?)\s*$")
+_AGENT_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) "
+                           r"\(pid: (?P<pid>\d+)\)")
+_SIGNAL_NAMES = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 7: "SIGBUS",
+                 2: "SIGINT"}
+_ENTRY = re.compile(r"^\s*\[(?P<n>\d+)\]:\s*$")
 _SAVE = re.compile(r"(?:saving model to|Saving model checkpoint:|Saving checkpoint to|"
                    r"saved checkpoint to|Saving checkpoint:)\s*'?(?P<path>[^'\s]+)'?", re.I)
 _LOAD = re.compile(r"(?:Restoring states from the checkpoint path at|Loading checkpoint:|"
@@ -81,18 +86,62 @@ class _Lines:
         self.out.append(record)
 
 
-def _root_cause(lines: list[str], start: int) -> tuple[dict[str, str], int]:
-    """Key/values of a torchelastic Root Cause section; returns them and the next index."""
-    found: dict[str, str] = {}
+def _child_failed(lines: list[str], start: int) -> tuple[list[tuple[bool, dict[str, str]]], int]:
+    """The entries of torchelastic's ChildFailedError report (every failed rank: the
+    `Failures:` section and the `Root Cause` one), as (root cause?, key/values), and the index
+    after the report."""
+    entries: list[tuple[bool, dict[str, str]]] = []
+    root = False
+    current: dict[str, str] | None = None
+    rules = 0
     i = start
-    while i < len(lines) and i < start + 14:
-        match = _KV.match(lines[i])
-        if match:
-            found[match.group("k")] = match.group("v")
-        elif found and lines[i].strip().startswith("="):
-            break
+    while i < len(lines) and i < start + 400:
+        text = lines[i].strip()
+        if text.startswith("====="):
+            rules += 1
+            if rules == 2 or (rules == 1 and entries):
+                i += 1
+                break
+        elif text.startswith("Root Cause"):
+            root = True
+        elif text.startswith("Failures:"):
+            root = False
+        elif _ENTRY.match(lines[i]):
+            current = {}
+            entries.append((root, current))
+        elif (kv := _KV.match(lines[i])) and current is not None:
+            current[kv.group("k")] = kv.group("v")
+        elif i > start and (_WATCHDOG.search(lines[i]) or _NCCL_ERR.search(lines[i])):
+            break  # another record: the report ended without its closing rule
         i += 1
-    return found, i
+    return entries, i
+
+
+def _exit_record(sink: _Lines, block: str, root: bool, kv: dict[str, str]) -> None:
+    from ingest.timestamps import local_time
+
+    rank = re.match(r"(\d+)", kv.get("rank", ""))
+    local = re.search(r"local_rank: (\d+)", kv.get("rank", ""))
+    code = re.match(r"(-?\d+)", kv.get("exitcode", ""))
+    pid = re.search(r"pid: (\d+)", kv.get("exitcode", ""))
+    signal = re.search(r"Signal (\d+) \((\w+)\)", kv.get("traceback", ""))
+    attrs: dict[str, Any] = {"root_cause": root}
+    if rank:
+        attrs["rank"] = int(rank.group(1))
+    if local:
+        attrs["local_rank"] = int(local.group(1))
+    if code:
+        attrs["exit_code"] = int(code.group(1))
+    if pid:
+        attrs["pid"] = int(pid.group(1))
+    if signal:
+        attrs["signal"] = signal.group(2)
+    if failure := classify(kv.get("error_file", "") + " " + kv.get("traceback", "")):
+        attrs["failure"] = failure
+    when = local_time(kv["time"].replace("_", " "), sink.ctx) if kv.get("time") else None
+    sink.emit(block, "job.worker_exited", attrs, severity="error", scope="rank",
+              entity=f"rank-{attrs['rank']}" if "rank" in attrs else None,
+              node=kv.get("host"), time=when)
 
 
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
@@ -106,25 +155,22 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     while i < len(lines):
         line = lines[i]
         i += 1
-        if _ROOT.search(line):
-            kv, i = _root_cause(lines, i)
-            rank = re.match(r"(\d+)", kv.get("rank", ""))
-            code = re.match(r"(-?\d+)", kv.get("exitcode", ""))
-            when = kv.get("time", "").replace("_", "T") or None
-            attrs: dict[str, Any] = {"root_cause": True}
-            if rank:
-                attrs["rank"] = int(rank.group(1))
-            if code:
-                attrs["exit_code"] = int(code.group(1))
-            host = kv.get("host")
-            if failure := classify(kv.get("error_file", "") + " " + line):
-                attrs["failure"] = failure
-            sink.emit(line + "\n" + "\n".join(f"{k}: {v}" for k, v in kv.items()),
-                      "job.worker_exited", attrs, severity="error", scope="rank",
-                      entity=f"rank-{attrs['rank']}" if "rank" in attrs else None, node=host,
-                      time=when)
-            continue
-        if match := _WATCHDOG.search(line):
+        if "ChildFailedError" in line or _ROOT.search(line) or line.strip() == "Failures:":
+            entries, end = _child_failed(lines, i - 1)
+            if entries:
+                block = "\n".join(lines[i - 1:end])
+                for root, kv in entries:
+                    _exit_record(sink, block, root, kv)
+                i = end
+                continue
+        if match := _AGENT_FAILED.search(line):
+            code = int(match.group("code"))
+            attrs = {"local_rank": int(match.group("local")), "exit_code": code,
+                     "pid": int(match.group("pid")), "reported_by": "torchelastic agent"}
+            if code < 0:
+                attrs["signal"] = _SIGNAL_NAMES.get(-code, f"signal {-code}")
+            sink.emit(line, "job.worker_exited", attrs, severity="error")
+        elif match := _WATCHDOG.search(line):
             attrs = {"op_type": match.group("op")}
             for key, group in (("rank", "rank"), ("seq_num", "seq"), ("timeout_ms", "timeout"),
                                ("ran_ms", "ran")):

@@ -197,6 +197,12 @@ def read(line: str, ctx: Context) -> Stamp:
     return Stamp(ctx.observed_at.isoformat(), "observed", "", text)
 
 
+def local_time(text: str, ctx: Context) -> str:
+    """A time a line states without a zone (torchelastic's `2026-11-30_08:57:50`), in the
+    context's zone; ISO 8601 UTC."""
+    return _iso(text.strip().replace("_", " ", 1), None, ctx)
+
+
 def boot_time_from_proc_stat(text: str) -> datetime | None:
     """`btime` of /proc/stat (seconds since the epoch when the machine booted)."""
     m = re.search(r"^btime (\d+)$", text, re.M)

@@ -137,3 +137,20 @@ def test_boot_time_from_proc_stat() -> None:
     assert boot_time_from_proc_stat("cpu  1 2 3\nbtime 1735120800\nprocesses 9\n") == \
         datetime(2024, 12, 25, 10, 0, tzinfo=UTC)
     assert boot_time_from_proc_stat("cpu 1\n") is None
+
+
+def test_every_rank_of_a_child_failed_error_and_the_agents_line() -> None:
+    events, letters, report = _run("training-log", "public_child_failed.log", project="cv",
+                                   job_id="seg-1", attempt=1, tz="Europe/Berlin")
+    assert not letters
+    agent, *ranks = events
+    assert (agent.type, agent.attributes["local_rank"], agent.attributes["exit_code"],
+            agent.attributes["signal"], agent.attributes["pid"]) == (
+        "job.worker_exited", 3, -6, "SIGABRT", 3139623)
+    assert agent.time == _at(2026, 11, 28, 20, 12, 50, micro=390000)  # glog, Berlin time
+    assert [(e.entity, e.node, e.attributes["root_cause"], e.attributes["signal"])
+            for e in ranks] == [("rank-1", "gpu-node-7", False, "SIGABRT"),
+                                ("rank-2", "gpu-node-7", False, "SIGABRT"),
+                                ("rank-0", "gpu-node-7", True, "SIGABRT")]
+    assert {e.time for e in ranks} == {_at(2023, 6, 14, 20, 36, 10)}  # the node's local time
+    assert report.skipped == 2  # the SIGTERM notice and the Traceback header
