@@ -124,12 +124,19 @@ class Report:
     skipped: int = 0
     examples: list[str] = field(default_factory=list)
     untimed: int = 0
+    by_adapter: dict[str, int] = field(default_factory=dict)
+    """Events per adapter (`auto` routes lines to several)."""
 
     def summary(self) -> str:
         if not self.lines:
+            if self.adapter == "auto" and self.by_adapter:
+                return f"auto: read as {', '.join(sorted(self.by_adapter))}"
             return ""
         out = (f"{self.adapter}: read {self.lines} line(s), {self.lines - self.skipped} used, "
                f"{self.skipped} skipped (nothing this adapter reads)")
+        if self.adapter == "auto":
+            taken = ", ".join(f"{k} {v}" for k, v in sorted(self.by_adapter.items()))
+            out += f"; events by adapter: {taken or 'none'}"
         if self.untimed:
             out += (f"; {self.untimed} event(s) had no time in their line and carry the time "
                     "they were read (attributes.time_source=observed: give --boot-time, --tz "
@@ -148,13 +155,16 @@ def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
         if isinstance(d, Event):
             if d.attributes.get("time_source") == "observed":
                 out.untimed += 1
+            by = str(d.attributes.get("adapter") or adapter.name)
+            out.by_adapter[by] = out.by_adapter.get(by, 0) + 1
             pieces = [str(d.attributes.get("raw") or ""), d.message or ""]
         else:
             pieces = [str(getattr(d, "payload", "") or "")]
         for piece in pieces:
             seen.update(p.strip() for p in piece.splitlines() if p.strip())
-    if not adapter.line_oriented:
-        return out
+    if not adapter.line_oriented or (adapter.name == "auto" and set(out.by_adapter) - {
+            "xid", "training-log", "slurmctld", "node-log"}):
+        return out  # a document, not lines
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped:
@@ -258,4 +268,10 @@ def registry(config: AdapterConfig | None = None) -> dict[str, Adapter]:
         xid.ADAPTER, nccl.ADAPTER, node_log.ADAPTER, slurm.ADAPTER, slurm_text.SCONTROL,
         slurm_text.SLURMCTLD, kubernetes.ADAPTER,
     ]
-    return {a.name: a for a in adapters}
+    found = {a.name: a for a in adapters}
+    from ingest import auto
+
+    found["auto"] = Adapter("auto", lambda text, ctx: auto.parse(text, ctx, found),
+                            doc="sniff: a JSON document by its shape, text line by line to the "
+                                "adapter that reads it", line_oriented=True)
+    return found

@@ -1,0 +1,100 @@
+"""`--format auto`: what people actually have is a mixed dump (journalctl, dmesg, a job's
+output, a JSON document pasted in). A JSON or YAML document goes to the adapter whose shape
+it has; text is read by every line adapter, and each line belongs to the first adapter (in
+`LINE_ORDER`) that made a record from it, so an Xid line read by both `xid` and `node-log`
+is one event. Every record says which adapter read it (`attributes.adapter`); the lines
+nobody claimed are counted and shown (`Report`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ingest.adapters import Adapter, Context, Reject, raw_evidence
+
+LINE_ORDER = ("xid", "training-log", "slurmctld", "node-log")
+"""Specific before general: node-log also reads Xid lines; training-log only runs when the
+job is known (--project/--job)."""
+
+
+def _shape(doc: Any) -> str | None:
+    """The adapter a JSON document belongs to, by its shape."""
+    items = doc if isinstance(doc, list) else [doc]
+    first = next((x for x in items if isinstance(x, dict)), None)
+    if first is None:
+        return None
+    if "specversion" in first:
+        return "cloudevents"
+    if ("alerts" in first and ("orgId" in first or ("title" in first and "state" in first))) \
+            or "ruleName" in first or "evalMatches" in first:
+        return "grafana"
+    if "alerts" in first and ("receiver" in first or "groupKey" in first):
+        return "alertmanager"
+    if "jobs" in first and isinstance(first.get("jobs"), list):
+        return "slurm"
+    kind = str(first.get("kind") or "")
+    if first.get("apiVersion") or kind.endswith("List") or kind == "Event" or "involvedObject" \
+            in first or "regarding" in first:
+        return "kubernetes"
+    return None
+
+
+def _lines_of(record: dict[str, Any] | Reject) -> set[str]:
+    if isinstance(record, Reject):
+        text = record.payload
+    else:
+        text = str((record.get("attributes") or {}).get("raw") or record.get("message") or "")
+    return {line.strip() for line in text.splitlines() if line.strip()}
+
+
+def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[str, Any] | Reject]:
+    stripped = text.lstrip()
+    if stripped[:1] in ("{", "["):
+        try:
+            doc = json.loads(stripped)
+        except ValueError:
+            doc = None
+        name = _shape(doc) if doc is not None else None
+        if name is not None:
+            return _tagged(adapters[name].parse(text, ctx), name)
+    out: list[dict[str, Any] | Reject] = []
+    rejects: list[tuple[set[str], Reject]] = []
+    claimed: set[str] = set()
+    for name in LINE_ORDER:
+        if name == "training-log" and not (ctx.project and ctx.job_id):
+            continue
+        records = adapters[name].parse(text, ctx)
+        mine: set[str] = set()
+        for record in records:
+            lines = _lines_of(record)
+            if isinstance(record, Reject):
+                # a line that only mentions an Xid (a drain reason, say) is another log's
+                incidental = name == "xid" and "NVRM" not in record.payload
+                if not incidental and not (record.field == "job_id" and name == "training-log"):
+                    rejects.append((lines, Reject(record.field, f"{name}: {record.reason}",
+                                                  record.payload, record.ref)))
+                continue
+            if lines and lines <= claimed:
+                continue  # a line a more specific adapter already read
+            mine |= lines
+            record.setdefault("attributes", {})["adapter"] = name
+            out.append(record)
+        claimed |= mine
+    # a line one adapter could not read but another did is not a dead letter
+    for lines, reject in rejects:
+        if lines and lines <= claimed:
+            continue
+        claimed |= lines  # the same unreadable line is one dead letter, the first adapter's
+        out.append(reject)
+    if not out and text.strip():
+        return [Reject("format", "no adapter recognised any line of this input (name one with "
+                       "--format)", raw_evidence(text[:1000]))]
+    return out
+
+
+def _tagged(records: list[dict[str, Any] | Reject], name: str) -> list[dict[str, Any] | Reject]:
+    for record in records:
+        if isinstance(record, dict) and name:
+            record.setdefault("attributes", {})["adapter"] = name
+    return records
