@@ -9,6 +9,8 @@ Ids: `am-<fingerprint>-<startsAt>-<status>`, so redelivered webhooks are the sam
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +98,10 @@ def alert_record(alert: Any, i: int, payload: dict[str, Any], ctx: Context,
     attributes.update({"alertname": name, "status": status,
                        "fingerprint": alert.get("fingerprint", ""),
                        "raw": raw_evidence(alert)})
-    fingerprint = alert.get("fingerprint") or f"{name}-{entity}"
+    # Alertmanager's fingerprint is a hash of the label set: without one, hash the labels
+    # too, so two alerts that differ in any label never collapse into one event
+    fingerprint = alert.get("fingerprint") or "l" + hashlib.sha256(json.dumps(
+        labels, sort_keys=True, default=str).encode()).hexdigest()[:16]
     severity = "info" if resolved else _SEVERITY.get(labels.get("severity", ""), "warning")
     record: dict[str, Any] = {
         "id": f"{prefix}-{fingerprint}-{alert.get('startsAt')}-{status}", "type": kind,

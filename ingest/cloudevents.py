@@ -21,6 +21,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from ingest.adapters import Adapter, Context, Reject, fill, raw_evidence
@@ -52,7 +53,8 @@ def _data(ce: dict[str, Any]) -> Any:
     return data
 
 
-def _one(ce: Any, where: str, mapping: Mapping[str, dict[str, Any]]) -> dict[str, Any] | Reject:
+def _one(ce: Any, where: str, mapping: Mapping[str, dict[str, Any]],
+         observed: datetime) -> dict[str, Any] | Reject:
     if not isinstance(ce, dict):
         return Reject(where, "a CloudEvent must be a JSON object", raw_evidence(ce))
     for key in _REQUIRED:
@@ -69,9 +71,12 @@ def _one(ce: Any, where: str, mapping: Mapping[str, dict[str, Any]]) -> dict[str
     data = data if isinstance(data, dict) else {"value": data}
     ce_type = str(ce["type"])
     ours = ce_type[len(PREFIX):] if ce_type.startswith(PREFIX) else ce_type
+    when = ce.get("time") or data.get("time")
     base: dict[str, Any] = {"id": ce_id(str(ce["source"]), str(ce["id"])),
-                            "time": ce.get("time") or data.get("time")}
-    extra = {"ce_type": ce_type, "ce_source": str(ce["source"]), "raw": raw_evidence(ce)}
+                            "time": when or observed.isoformat()}
+    extra = {"ce_type": ce_type, "ce_source": str(ce["source"]), "raw": raw_evidence(ce),
+             # `time` is optional in CloudEvents 1.0: without it, when it was received
+             "time_source": "line" if when else "observed"}
     if ce.get("subject"):
         extra["ce_subject"] = str(ce["subject"])
     if ours in REGISTRY:
@@ -105,8 +110,8 @@ def parse(text: str, ctx: Context,
         raise ParseError("", f"not JSON: {exc}") from None
     table = mapping or {}
     if isinstance(payload, list):  # application/cloudevents-batch+json
-        return [_one(ce, f"[{i}]", table) for i, ce in enumerate(payload)]
-    return [_one(payload, "event", table)]
+        return [_one(ce, f"[{i}]", table, ctx.observed_at) for i, ce in enumerate(payload)]
+    return [_one(payload, "event", table, ctx.observed_at)]
 
 
 def from_binary(headers: Mapping[str, str], body: bytes) -> str:

@@ -179,8 +179,10 @@ def _line(line: str, ctx: Context, ref: str) -> dict[str, Any] | Reject | None:
                                                       "error": "timed out",
                                                       "server": m.group("nid") or ""}}
     elif m := _NFS.search(body):
-        server = m.group("server")
-        short = server.split(".")[0]
+        server = m.group("server").rstrip(":")
+        # the server is the entity: an address whole, a host name by its first label
+        short = server if re.fullmatch(r"[\d.]+|\[?[0-9a-fA-F:]+\]?", server) \
+            else server.split(".")[0]
         up = m.group("state") == "OK"
         record = {"type": "storage.available" if up else "storage.unavailable",
                   "scope": "target", "entity": short,

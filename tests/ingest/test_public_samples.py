@@ -154,3 +154,46 @@ def test_every_rank_of_a_child_failed_error_and_the_agents_line() -> None:
                                 ("rank-0", "gpu-node-7", True, "SIGABRT")]
     assert {e.time for e in ranks} == {_at(2023, 6, 14, 20, 36, 10)}  # the node's local time
     assert report.skipped == 2  # the SIGTERM notice and the Traceback header
+
+
+def _one(fmt: str, text: str, **context: Any) -> list[Any]:
+    ctx = Context(producer="t", observed_at=READ_AT, cluster="c", **context)
+    return run_report(registry()[fmt], text, ctx)[0]
+
+
+def test_a_cloudevent_without_time_takes_the_receive_time_and_says_so() -> None:
+    import json
+
+    ce = {"specversion": "1.0", "id": "e1", "source": "/nodes/n1", "type": "node.xid",
+          "data": {"node": "n1", "scope": "gpu", "entity": "n1/gpu0",
+                   "attributes": {"xid": 79}}}
+    (event,) = _one("cloudevents", json.dumps(ce))
+    assert isinstance(event, Event) and event.time == READ_AT
+    assert event.attributes["time_source"] == "observed"
+    (timed,) = _one("cloudevents", json.dumps({**ce, "time": "2026-11-30T08:00:00Z"}))
+    assert timed.time == _at(2026, 11, 30, 8, 0, 0)
+    assert timed.attributes["time_source"] == "line"
+
+
+def test_alerts_without_fingerprints_stay_distinct() -> None:
+    import json
+
+    def alert(port: str) -> dict[str, Any]:
+        return {"status": "firing", "labels": {"alertname": "IBPortDown", "switch": "leaf-1",
+                                               "port": port},
+                "annotations": {}, "startsAt": "2026-11-30T08:00:00Z"}
+
+    body = {"version": "4", "status": "firing", "receiver": "jobtrail",
+            "alerts": [alert("p1"), alert("p2"), alert("p1")]}
+    events = [e for e in _one("alertmanager", json.dumps(body)) if isinstance(e, Event)]
+    assert len(events) == 3 and len({e.id for e in events}) == 2  # the repeat is one event
+
+
+def test_nfs_servers_are_the_entity_by_address_or_name() -> None:
+    text = ("Nov 30 08:00:00 gpu-node-1 kernel: nfs: server 10.20.30.40 not responding, "
+            "still trying\n"
+            "Nov 30 08:01:00 gpu-node-1 kernel: nfs: server filer-2.storage.example OK\n")
+    down, up = _one("node-log", text)
+    assert (down.type, down.entity, down.attributes["server"]) == (
+        "storage.unavailable", "10.20.30.40", "10.20.30.40")
+    assert (up.type, up.entity) == ("storage.available", "filer-2")
