@@ -44,6 +44,8 @@ class Context:
     """The zone of local times in lines (dmesg -T, syslog, glog)."""
     year: int | None = None
     """The year of lines that do not say it (syslog, glog); default: inferred."""
+    kind: str = ""
+    """What a Kubernetes fragment without `kind` is (`PyTorchJob`, `Job`, ...)."""
 
 
 @dataclass(frozen=True)

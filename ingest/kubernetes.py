@@ -24,8 +24,12 @@ their status conditions (`ingest/kubernetes_conditions.py`).
 
 from __future__ import annotations
 
+import json
 import re
+from datetime import timedelta
 from typing import Any
+
+import yaml
 
 from ingest import kubernetes_conditions as conditions
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
@@ -44,24 +48,108 @@ def job_of_pod(name: str) -> str:
     return _ROLE.sub("", name)
 
 
-def _objects(text: str) -> list[Any]:
+class _NoAliases(yaml.SafeLoader):
+    """Safe YAML without aliases: `kubectl get -o yaml` never writes them, and an alias bomb
+    would expand a small body into gigabytes."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("YAML aliases are not accepted (expand them)")
+        return super().compose_node(parent, index)
+
+
+def _documents(text: str) -> list[Any]:
+    """JSON, JSON lines, concatenated JSON (`kubectl get -w -o json`), or YAML / multi-document
+    YAML (`kubectl get -o yaml`, `---` between documents)."""
     try:
-        value = loads(text)
+        return [loads(text)]
     except ValueError:
-        lines = [line for line in text.splitlines() if line.strip()]
-        try:
-            value = [loads(line) for line in lines]
-        except ValueError as exc:
-            raise ParseError("", f"neither JSON nor JSON lines: {exc}") from None
-    values = value if isinstance(value, list) else [value]
+        pass
+    decoder = json.JSONDecoder()
+    found: list[Any] = []
+    at, end = 0, len(text)
+    try:
+        while at < end:
+            while at < end and text[at].isspace():
+                at += 1
+            if at >= end:
+                break
+            value, at = decoder.raw_decode(text, at)
+            found.append(value)
+        return found
+    except ValueError:
+        pass
+    try:
+        docs = [d for d in yaml.load_all(text, Loader=_NoAliases) if d is not None]
+    except yaml.YAMLError as exc:
+        raise ParseError("", f"neither JSON, JSON lines nor YAML: {str(exc)[:200]}") from None
+    if not docs or all(isinstance(d, str) for d in docs):
+        raise ParseError("", "neither JSON, JSON lines nor YAML objects")
+    return docs
+
+
+def _objects(text: str, kind: str = "") -> list[Any]:
+    if _DESCRIBE.search(text):
+        return []  # a `kubectl describe`: read by describe_events
+    values: list[Any] = []
+    for value in _documents(text):
+        values.extend(value if isinstance(value, list) else [value])
     out: list[Any] = []
     for item in values:
         if isinstance(item, dict) and "object" in item and "type" in item:
             item = item["object"]  # a watch event
         if isinstance(item, dict) and isinstance(item.get("items"), list):
             out.extend(item["items"])
+        elif isinstance(item, dict) and kind and not item.get("kind"):
+            # a fragment the shipper named (--kind): a status, or the object without kind
+            body = item if "status" in item else {"status": item}
+            out.append({"kind": kind, **body})
         else:
             out.append(item)
+    return out
+
+
+_DESCRIBE = re.compile(r"(?m)^Events:\s*\n\s+Type\s+Reason\s+Age\s+From\s+Message\s*$")
+_AGE = re.compile(r"(\d+)([dhms])")
+
+
+def _age(text: str) -> timedelta | None:
+    """`kubectl describe`'s Age (`2m`, `3m12s`, `10m (x3 over 20m)`: the latest)."""
+    first = text.split("(")[0].strip()
+    parts = _AGE.findall(first)
+    if not parts or first in ("<unknown>", "<invalid>"):
+        return None
+    unit = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    return timedelta(seconds=sum(int(n) * unit[u] for n, u in parts))
+
+
+def describe_events(text: str, ctx: Context) -> list[dict[str, Any]]:
+    """The Events table of `kubectl describe pod|node|job`, as Event objects. Ages are
+    relative to when the table was printed: read time minus age (`time_source: relative`)."""
+    name = re.search(r"(?m)^Name:\s+(\S+)", text)
+    namespace = re.search(r"(?m)^Namespace:\s+(\S+)", text)
+    node_kind = "Node" if re.search(r"(?m)^Roles:|^Taints:", text) else "Pod"
+    table = _DESCRIBE.search(text)
+    assert table is not None
+    out: list[dict[str, Any]] = []
+    for n, line in enumerate(text[table.end():].splitlines()):
+        if set(line.strip()) <= set("- "):
+            continue
+        cols = re.split(r"\s{2,}", line.strip(), maxsplit=4)
+        if len(cols) < 5 or cols[0] not in ("Normal", "Warning"):
+            if line and not line.startswith(" "):
+                break  # the next section of describe
+            continue
+        kind, reason, age, source, message = cols
+        ago = _age(age)
+        when = ctx.observed_at - ago if ago is not None else ctx.observed_at
+        out.append({"kind": "Event", "type": kind, "reason": reason, "message": message,
+                    "lastTimestamp": when.isoformat(), "count": 1, "time_source": "relative",
+                    "source": {"component": source},
+                    "involvedObject": {"kind": node_kind, "name": name[1] if name else "",
+                                       "namespace": namespace[1] if namespace else ""},
+                    "metadata": {"uid": f"describe-{name[1] if name else ''}-{reason}-{n}-"
+                                        f"{age.split('(')[0].strip()}"}})
     return out
 
 
@@ -137,11 +225,17 @@ def _pending_reason(message: str) -> str:
 
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out: list[dict[str, Any] | Reject] = []
-    for i, obj in enumerate(_objects(text)):
+    objects = describe_events(text, ctx) if _DESCRIBE.search(text) else _objects(text, ctx.kind)
+    for i, obj in enumerate(objects):
         if isinstance(obj, dict) and obj.get("kind") in conditions.KINDS:
             out.extend(conditions.records(obj, i, ctx))
+        elif isinstance(obj, dict) and obj.get("kind") == "Job":
+            out.extend(conditions.batch_job(obj, i, ctx))
         else:
-            out.append(_event(obj, i, ctx))
+            record = _event(obj, i, ctx)
+            if isinstance(record, dict) and isinstance(obj, dict) and obj.get("time_source"):
+                record.setdefault("attributes", {})["time_source"] = obj["time_source"]
+            out.append(record)
     return out
 
 

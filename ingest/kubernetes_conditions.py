@@ -171,3 +171,61 @@ def records(obj: dict[str, Any], i: int, ctx: Context) -> list[dict[str, Any] | 
                            "raw": evidence},
         })
     return out
+
+
+_BATCH = {"Complete": "job.completed", "Failed": "job.failed", "Suspended": "job.pending"}
+_BATCH_PRECURSORS = ("FailureTarget", "SuccessCriteriaMet")
+
+
+def batch_job(obj: dict[str, Any], i: int, ctx: Context) -> list[dict[str, Any] | Reject]:
+    """A batch/v1 Job: `status.startTime` -> `job.started`; Complete -> `job.completed` at
+    `status.completionTime`; Failed -> `job.failed` (reason, e.g. BackoffLimitExceeded,
+    DeadlineExceeded); Suspended -> `job.pending`. FailureTarget and SuccessCriteriaMet
+    (Kubernetes 1.31+) precede Failed and Complete and yield nothing of their own."""
+    where = f"items[{i}]"
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    evidence = raw_evidence(obj)
+    job = ctx.job_id or str(meta.get("name") or "")
+    project = ctx.project or str(meta.get("namespace") or "")
+    if not job or not project:
+        return [Reject(f"{where}.metadata", "Job without a name or namespace", evidence)]
+    uid = meta.get("uid") or f"{project}/{job}"
+    attempt = ctx.attempt or 1
+    base = {"project": project, "job_id": job, "attempt": attempt}
+    out: list[dict[str, Any] | Reject] = []
+    if status.get("startTime"):
+        out.append({**base, "id": f"k8s-{uid}-started-{status['startTime']}",
+                    "type": "job.started", "time": status["startTime"], "severity": "info",
+                    "message": f"Job {job} started",
+                    "attributes": {"k8s_object": f"Job/{job}", "raw": evidence}})
+    for j, cond in enumerate(status.get("conditions") or []):
+        if not isinstance(cond, dict):
+            out.append(Reject(f"{where}.status.conditions[{j}]", "a condition must be an object",
+                              evidence))
+            continue
+        ctype, cstatus = str(cond.get("type") or ""), str(cond.get("status") or "")
+        if ctype in _BATCH_PRECURSORS or cstatus != "True":
+            continue
+        type_ = _BATCH.get(ctype)
+        if type_ is None:
+            out.append(Reject(f"{where}.status.conditions[{j}].type",
+                              f"no mapping for Job condition {ctype}={cstatus}", evidence))
+            continue
+        when = (status.get("completionTime") if type_ == "job.completed" else None) or \
+            cond.get("lastTransitionTime")
+        if not when:
+            out.append(Reject(f"{where}.status.conditions[{j}].lastTransitionTime", "missing",
+                              evidence))
+            continue
+        reason = str(cond.get("reason") or "")
+        out.append({**base, "id": f"k8s-{uid}-{ctype}-{when}", "type": type_, "time": when,
+                    "severity": "error" if type_ == "job.failed" else "info",
+                    "message": clip(str(cond.get("message") or f"{ctype} {reason}"), 500),
+                    "attributes": {**({"reason": reason} if reason else {}),
+                                   "k8s_object": f"Job/{job}",
+                                   "k8s_condition": f"{ctype}={cstatus}", "raw": evidence}})
+    if not out:
+        out.append(Reject(f"{where}.status", "a Job with neither startTime nor a final "
+                          "condition", evidence))
+    return out

@@ -129,10 +129,12 @@ def _formats() -> list[str]:
                                                   "(dmesg -T, syslog, glog)")
 @click.option("--year", type=int, default=None, help="Year of lines that do not say it "
                                                      "(default: inferred)")
+@click.option("--kind", default="", help="Kubernetes: what a fragment without `kind` is "
+                                         "(PyTorchJob, Job, Workload, ...)")
 @click.pass_context
 def ingest(ctx: click.Context, file: Any, fmt: str, producer: str, cluster: str, project: str,
            job_id: str, attempt: int | None, node: str, boot_time: str, zone: str,
-           year: int | None) -> None:
+           year: int | None, kind: str) -> None:
     """Ingest FILE (- for stdin): canonical JSON, or a source's own format with --format."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -142,7 +144,8 @@ def ingest(ctx: click.Context, file: Any, fmt: str, producer: str, cluster: str,
         raise click.BadParameter(f"{zone!r} is not an IANA time zone", param_hint="--tz") \
             from None
     context = {"cluster": cluster, "project": project, "job_id": job_id, "attempt": attempt,
-               "node": node, "boot_time": _boot_time(boot_time), "tz": zone, "year": year}
+               "node": node, "boot_time": _boot_time(boot_time), "tz": zone, "year": year,
+               "kind": kind}
     _ingest_text(_settings(ctx), file.read(), producer=producer, origin=file.name,
                  adapter=fmt, context=context)
 

@@ -100,7 +100,7 @@ async def ingest_source(request: web.Request) -> web.Response:
                   project=project, job_id=h.get("X-Jobtrail-Job", ""),
                   attempt=int(attempt) if attempt else None,
                   node=h.get("X-Jobtrail-Node", ""), origin="body", boot_time=boot_time,
-                  tz=zone, year=year)
+                  tz=zone, year=year, kind=clip(h.get("X-Jobtrail-Kind", ""), 64))
     if project and (why := who.write_refusal(project)):
         fail(web.HTTPForbidden, why)
     raw = await request.read()

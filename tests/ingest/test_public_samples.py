@@ -197,3 +197,48 @@ def test_nfs_servers_are_the_entity_by_address_or_name() -> None:
     assert (down.type, down.entity, down.attributes["server"]) == (
         "storage.unavailable", "10.20.30.40", "10.20.30.40")
     assert (up.type, up.entity) == ("storage.available", "filer-2")
+
+
+def test_kubectl_describe_events_table() -> None:
+    events, letters, _ = _run("kubernetes", "public_describe_pod.txt", node="")
+    assert not letters
+    first, second = events
+    assert (first.type, first.project, first.job_id) == (
+        "job.pending", "default", "triton-inference-server-5b6c7f889c-f54c6")
+    assert first.time == READ_AT - timedelta(hours=9)  # the latest of "9h (x108 over 18h)"
+    assert second.time == READ_AT - timedelta(seconds=6)
+    assert second.attributes["reason"] == "Insufficient nvidia.com/gpu"
+    assert {e.attributes["time_source"] for e in events} == {"relative"}
+
+
+def test_kubectl_get_yaml_lists_and_batch_jobs() -> None:
+    events, letters, _ = _run("kubernetes", "public_get_yaml.yaml", node="")
+    assert not letters
+    assert [(e.type, e.job_id, e.time) for e in events] == [
+        ("job.pending", "resource-test-bdfcd9f5-g8jq5", _at(2019, 1, 28, 14, 45, 34)),
+        ("job.started", "pretrain-eval", _at(2026, 11, 30, 7, 0, 0)),
+        ("job.completed", "pretrain-eval", _at(2026, 11, 30, 7, 45, 10)),  # completionTime
+        ("job.started", "data-prep", _at(2026, 11, 30, 6, 0, 0)),
+        ("job.failed", "data-prep", _at(2026, 11, 30, 6, 20, 1))]
+    assert events[-1].attributes["reason"] == "BackoffLimitExceeded"
+    assert events[0].attributes["reason"] == "Insufficient cpu; Insufficient memory"
+
+
+def test_a_watch_stream_a_named_fragment_and_no_alias_bombs() -> None:
+    import json
+
+    event = json.loads((FIXTURES / "kubernetes" / "event_list_scheduling_preemption.json")
+                       .read_text())["items"][0]
+    stream = "\n".join(json.dumps({"type": "ADDED", "object": event}, indent=2)
+                       for _ in range(2))  # `kubectl get events -w -o json`: pretty, back to back
+    watched = [e for e in _one("kubernetes", stream) if isinstance(e, Event)]
+    assert len(watched) == 2 and watched[0].id == watched[1].id
+    fragment = json.dumps({"conditions": [{"type": "Running", "status": "True",
+                                           "lastTransitionTime": "2026-11-30T08:00:00Z"}]})
+    (started,) = _one("kubernetes", fragment, kind="PyTorchJob", project="llm",
+                      job_id="pretrain-7b")
+    assert (started.type, started.job_id, started.time) == (
+        "job.started", "pretrain-7b", _at(2026, 11, 30, 8, 0, 0))
+    bomb = "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"
+    (letter,) = _one("kubernetes", bomb)
+    assert isinstance(letter, DeadLetter) and "aliases" in letter.reason
