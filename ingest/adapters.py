@@ -256,6 +256,7 @@ def registry(config: AdapterConfig | None = None) -> dict[str, Adapter]:
         node_log,
         slurm,
         slurm_text,
+        slurm_tools,
         xid,
     )
 
@@ -268,7 +269,8 @@ def registry(config: AdapterConfig | None = None) -> dict[str, Adapter]:
         replace(cloudevents.ADAPTER,
                 parse=lambda text, ctx: cloudevents.parse(text, ctx, events)),
         xid.ADAPTER, nccl.ADAPTER, node_log.ADAPTER, slurm.ADAPTER, slurm_text.SCONTROL,
-        slurm_text.SLURMCTLD, kubernetes.ADAPTER,
+        slurm_text.SLURMCTLD, kubernetes.ADAPTER, slurm_tools.SACCT, slurm_tools.SQUEUE,
+        slurm_tools.SINFO,
     ]
     found = {a.name: a for a in adapters}
     from ingest import auto

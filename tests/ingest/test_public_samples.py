@@ -242,3 +242,39 @@ def test_a_watch_stream_a_named_fragment_and_no_alias_bombs() -> None:
     bomb = "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"
     (letter,) = _one("kubernetes", bomb)
     assert isinstance(letter, DeadLetter) and "aliases" in letter.reason
+
+
+def test_squeue_sacct_and_sinfo_text() -> None:
+    queue, letters, _ = _run("squeue", "public_default.txt", project="llm", node="")
+    assert not letters
+    assert [(e.type, e.job_id, e.attributes.get("reason"), e.attributes["time_source"])
+            for e in queue] == [("job.pending", "21+1", "None", "observed"),
+                                ("job.started", "21+0", None, "relative"),
+                                ("job.pending", "880201", "Resources", "observed"),
+                                ("job.started", "880202", None, "relative")]
+    assert queue[1].time == READ_AT - timedelta(seconds=46)
+    assert queue[3].time == READ_AT - timedelta(days=1, hours=2, minutes=3, seconds=4)
+    assert queue[3].attributes["nodes"] == ["node-041", "node-042"]
+    again, _, _ = _run("squeue", "public_default.txt", project="llm", node="")
+    assert [e.id for e in again] == [e.id for e in queue]  # a snapshot read twice: once
+
+    jobs, letters, report = _run("sacct", "parsable2.txt", node="")
+    assert not letters and report.skipped == 2  # the header and the .batch step
+    final = {e.job_id: e for e in jobs if e.type in ("job.completed", "job.failed",
+                                                     "job.cancelled")}
+    assert (final["880301"].type, final["880301"].time) == ("job.completed",
+                                                            _at(2026, 11, 30, 7, 0, 0))
+    assert (final["880302"].attributes["reason"], final["880302"].time) == (
+        "NODE_FAIL", _at(2026, 11, 30, 8, 1, 0))  # no end time: stamped at its start
+    assert final["880303"].attributes["reason"] == "cancelled by uid 1000"
+    assert final["880301"].id == "slurm-c-880301-1-job.completed"  # as from sacct --json
+
+    drained, _, _ = _run("sinfo", "reasons.txt", node="")
+    assert [(e.entity, e.attributes["reason"], e.time) for e in drained] == [
+        ("node-041", "Xid 79 GPU fell off", _at(2026, 11, 30, 9, 5, 0)),
+        ("node-043", "IB link flapping", _at(2026, 11, 30, 9, 40, 12)),
+        ("node-044", "IB link flapping", _at(2026, 11, 30, 9, 40, 12))]
+    states, _, _ = _run("sinfo", "default.txt", node="")
+    assert [(e.type, e.entity) for e in states] == [
+        ("node.not_ready", "node-045"), ("node.not_ready", "node-046"),
+        ("node.drained", "node-047")]
