@@ -30,7 +30,23 @@ _WATCHDOG = re.compile(
     r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: WorkNCCL\("
     r"(?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:[^)]*?Timeout\(ms\)=(?P<timeout>\d+))?"
     r"(?:[^)]*\) ran for (?P<ran>\d+) milliseconds)?")
-_NET_IB = re.compile(r"(?:\[(?P<dev>\d+)\] )?NCCL WARN NET/IB ?: ?(?P<msg>.+)")
+_NET_IB = re.compile(r"(?:(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) )?(?:\[(?P<dev>\d+)\] )?"
+                     r"NCCL WARN NET/IB ?: ?(?P<msg>.+)")
+_IB_DEVICE = re.compile(r"\b(?P<ibdev>mlx5_\d+)(?::(?P<port>\d+))?")
+# progress in the frameworks' own words (NeMo and Lightning share Lightning's bar)
+_MEGATRON = re.compile(r"iteration\s+(?P<step>\d+)/\s*\d+ \|")
+_MEGATRON_MS = re.compile(r"elapsed time per iteration \(ms\): (?P<ms>[\d.]+)")
+_MEGATRON_LOSS = re.compile(r"lm loss: (?P<loss>[\d.]+(?:E[+-]\d+)?)", re.I)
+_LIGHTNING_STEP = re.compile(r"global_step=(?P<step>[\d.]+(?:e\+?\d+)?)")
+_LIGHTNING_LOSS = [re.compile(rf"\b{name}=(?P<loss>[\d.]+)") for name in (
+    "reduced_train_loss", "train_loss", "loss")]
+_DEEPSPEED = re.compile(r"\[Rank \d+\] step=(?P<step>\d+), skipped=\d+")
+_HF_BAR = re.compile(r"(?P<step>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+, +(?P<rate>[\d.]+)"
+                     r"(?P<unit>s/it|it/s)")
+_MEGATRON_SAVE = re.compile(r"(?P<done>successfully )?saved? checkpoint (?:from|at) iteration\s+"
+                            r"(?P<step>\d+) to (?P<path>\S+)", re.I)
+_MEGATRON_LOAD = re.compile(r"successfully loaded checkpoint from (?P<path>\S+).*?at "
+                            r"iteration (?P<step>\d+)", re.I)
 _NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)?)Error)")
 _OOM = re.compile(r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]iB))?"
                   r"(?:.*?\(GPU (?P<gpu>\d+))?")
@@ -41,12 +57,13 @@ _AGENT_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?
 _SIGNAL_NAMES = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 7: "SIGBUS",
                  2: "SIGINT"}
 _ENTRY = re.compile(r"^\s*\[(?P<n>\d+)\]:\s*$")
-_SAVE = re.compile(r"(?:saving model to|Saving model checkpoint:|Saving checkpoint to|"
-                   r"saved checkpoint to|Saving checkpoint:)\s*'?(?P<path>[^'\s]+)'?", re.I)
+_SAVE = re.compile(r"(?:saving model to|Saving model checkpoint:|Saving model checkpoint to|"
+                   r"Saving checkpoint to|saved checkpoint to|Saving checkpoint:)"
+                   r"\s*'?(?P<path>[^'\s]+)'?", re.I)
 _LOAD = re.compile(r"(?:Restoring states from the checkpoint path at|Loading checkpoint:|"
                    r"Restoring checkpoint from|loaded checkpoint from)\s*'?(?P<path>[^'\s]+)'?",
                    re.I)
-_STEP_IN = re.compile(r"(?:global[ _]step|step)[=_ -]?(?P<step>\d+)", re.I)
+_STEP_IN = re.compile(r"(?:global[ _]step|step|checkpoint|iter)[=_ -]?(?P<step>\d+)", re.I)
 _PROGRESS = re.compile(r"(?:^|\s)step=(?P<step>\d+)(?P<rest>(?:\s+\w+=\S+)*)")
 
 
@@ -144,6 +161,34 @@ def _exit_record(sink: _Lines, block: str, root: bool, kv: dict[str, str]) -> No
               node=kv.get("host"), time=when)
 
 
+def _framework_step(line: str) -> dict[str, Any] | None:
+    """A progress line in Megatron's, Lightning's (NeMo's), DeepSpeed's or a tqdm bar's words
+    (Hugging Face Trainer): step, and loss and step time when it says."""
+    if m := _MEGATRON.search(line):
+        out: dict[str, Any] = {"step": int(m.group("step"))}
+        if ms := _MEGATRON_MS.search(line):
+            out["step_time_s"] = float(ms.group("ms")) / 1000
+        if loss := _MEGATRON_LOSS.search(line):
+            out["loss"] = float(loss.group("loss"))
+        return out
+    if m := _LIGHTNING_STEP.search(line):
+        out = {"step": int(float(m.group("step")))}
+        for pattern in _LIGHTNING_LOSS:
+            if found := pattern.search(line):
+                out["loss"] = float(found.group("loss"))
+                break
+        return out
+    if m := _DEEPSPEED.search(line):
+        return {"step": int(m.group("step"))}
+    if (m := _HF_BAR.search(line)) and "%|" in line:
+        rate = float(m.group("rate"))
+        out = {"step": int(m.group("step"))}
+        if rate:
+            out["step_time_s"] = rate if m.group("unit") == "s/it" else round(1 / rate, 6)
+        return out
+    return None
+
+
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     if not (ctx.project and ctx.job_id):
         return [Reject("job_id", "training logs need the shipper to name project and job "
@@ -179,9 +224,14 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             sink.emit(line, "comm.nccl_timeout", attrs, severity="error", scope="rank",
                       entity=f"rank-{attrs['rank']}" if "rank" in attrs else None)
         elif match := _NET_IB.search(line):
-            sink.emit(line, "comm.nccl_error", {"error": "NET/IB", "detail": match.group("msg"),
-                                                 "device": match.group("dev") or ""},
-                      severity="error")
+            attrs = {"error": "NET/IB", "detail": match.group("msg"),
+                     "device": match.group("dev") or ""}
+            if match.group("pid"):
+                attrs["pid"] = int(match.group("pid"))
+            if ib := _IB_DEVICE.search(match.group("msg")):
+                attrs["ib_device"] = ib.group("ibdev")
+            sink.emit(line, "comm.nccl_error", attrs, severity="error",
+                      node=match.group("host"))
         elif match := _NCCL_ERR.search(line):
             sink.emit(line, "comm.nccl_error", {"error": match.group("err")}, severity="error")
         elif classify(line) == "oom":  # the detector reads exits with the same classifier
@@ -191,6 +241,14 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             if match and match.group("gpu"):
                 attrs["gpu"] = match.group("gpu")
             sink.emit(line, "job.oom", attrs, severity="error")
+        elif (match := _MEGATRON_SAVE.search(line)) or (match := _MEGATRON_LOAD.search(line)):
+            saving = "save" in match.group(0).lower()
+            if saving and not match.group("done") and "successfully" not in line:
+                continue  # Megatron says "saving" then "successfully saved": one event
+            path = match.group("path").rstrip(".,")
+            sink.emit(line, "checkpoint.saved" if saving else "checkpoint.restored",
+                      {"step": int(match.group("step")), "path": path}, scope="path",
+                      entity=path)
         elif (match := _SAVE.search(line)) or (match := _LOAD.search(line)):
             saving = bool(_SAVE.search(line))
             path = match.group("path")
@@ -202,6 +260,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             sink.emit(line, "checkpoint.saved" if saving else "checkpoint.restored",
                       {"step": int(step.group("step")), "path": path}, scope="path",
                       entity=path)
+        elif progress := _framework_step(line):
+            sink.emit(line, "job.step", progress)
         elif match := _PROGRESS.search(line):
             attrs = {"step": int(match.group("step"))}
             for pair in match.group("rest").split():

@@ -278,3 +278,21 @@ def test_squeue_sacct_and_sinfo_text() -> None:
     assert [(e.type, e.entity) for e in states] == [
         ("node.not_ready", "node-045"), ("node.not_ready", "node-046"),
         ("node.drained", "node-047")]
+
+
+def test_framework_progress_and_checkpoints() -> None:
+    events, letters, _ = _run("training-log", "frameworks.log", project="p", job_id="j",
+                              attempt=1, node="n1")
+    assert not letters
+    steps = [(e.attributes["step"], e.attributes.get("loss"), e.attributes.get("step_time_s"))
+             for e in events if e.type == "job.step"]
+    assert steps == [(100, 7.123456, 1.2345), (32000, 2.59, None), (100, None, None),
+                     (120, None, 0.5)]
+    checkpoints = [(e.type, e.attributes["step"], e.attributes["path"]) for e in events
+                   if e.type.startswith("checkpoint.")]
+    assert checkpoints == [("checkpoint.saved", 200, "/ckpt/megatron"),
+                           ("checkpoint.saved", 500, "/out/checkpoint-500"),
+                           ("checkpoint.restored", 200, "/ckpt/megatron")]
+    (ib,) = [e for e in events if e.type == "comm.nccl_error"]
+    assert (ib.node, ib.attributes["pid"], ib.attributes["ib_device"]) == ("node-041", 2231,
+                                                                           "mlx5_2")
