@@ -56,9 +56,15 @@ _NFS = re.compile(r"nfs: server (?P<server>\S+) (?P<state>not responding|OK)")
 _GPFS_TS = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d{4})?): ")
 _GPFS = re.compile(r"\[(?P<level>[EXW])\] (?P<msg>.+)")
 _GPFS_FS = re.compile(r"(?:[Ff]ile system|Volume) (?P<fs>[\w-]+)")
-_SLOWDOWN = re.compile(r"\(SlowDown\) when calling the (?P<op>\w+) operation|503 Slow ?Down|"
-                       r"<Code>SlowDown</Code>")
-_BUCKET = re.compile(r"s3://(?P<bucket>[\w.-]+)")
+_SLOWDOWN = re.compile(
+    r"\((?:SlowDown(?:Read|Write)?|XMinioServerBusy|ServerBusy|TooManyRequests)\) when calling "
+    r"the (?P<op>\w+) operation|503 Slow ?Down|<Code>(?:SlowDown\w*|XMinioServerBusy|ServerBusy)"
+    r"</Code>|[Pp]lease reduce your request rate|429 Too Many Requests|rateLimitExceeded|"
+    r"exceeds the rate limit|\bSlowDown(?:Read|Write)?\b")
+_BUCKET = re.compile(r"(?:s3a?|gs|gcs)://(?P<bucket>[\w.-]+)|https?://(?P<vhost>[\w-]+)\.s3[.-]"
+                     r"[\w.-]+|storage\.googleapis\.com/(?:storage/v1/b/|"
+                     r"upload/storage/v1/b/)?(?P<gcs>[\w.-]+)|[Bb]ucket(?:Name)?[=:]? ?['\"]?"
+                     r"(?P<named>[a-z0-9][\w.-]{2,62})")
 _ERRNO = {-28: "ENOSPC", -5: "EIO", -110: "ETIMEDOUT", -107: "ENOTCONN", -122: "EDQUOT",
           -30: "EROFS", -11: "EAGAIN", -4: "EINTR", -19: "ENODEV"}
 _DCGM_ROW = re.compile(r"^\|\s*(?P<left>[^|]*?)\s*\|\s*(?P<right>[^|]*?)\s*\|$")
@@ -201,12 +207,12 @@ def _line(line: str, ctx: Context, ref: str) -> dict[str, Any] | Reject | None:
         if not expelled:
             record["attributes"]["error"] = clip(message, 200)
     elif m := _SLOWDOWN.search(body):
-        bucket = _BUCKET.search(body)
-        record = {"type": "storage.throttled", "scope": "target",
-                  "entity": bucket.group("bucket") if bucket else None,
+        named = _BUCKET.search(body)
+        bucket = next((g for g in named.groups() if g), None) if named else None
+        record = {"type": "storage.throttled", "scope": "target", "entity": bucket,
                   "severity": "warning",
                   "attributes": {"op": m.group("op"), "exhausted": "max retries" in body,
-                                 **({"target": bucket.group("bucket")} if bucket else {})}}
+                                 **({"target": bucket} if bucket else {})}}
         if ctx.job_id and ctx.project:
             record.update({"project": ctx.project, "job_id": ctx.job_id})
             if ctx.attempt is not None:

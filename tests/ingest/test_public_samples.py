@@ -296,3 +296,13 @@ def test_framework_progress_and_checkpoints() -> None:
     (ib,) = [e for e in events if e.type == "comm.nccl_error"]
     assert (ib.node, ib.attributes["pid"], ib.attributes["ib_device"]) == ("node-041", 2231,
                                                                            "mlx5_2")
+
+
+def test_object_store_throttling_in_each_vendors_words() -> None:
+    events, letters, report = _run("node-log", "object_store_throttling.log", node="n1")
+    assert not letters and report.skipped == 0
+    assert [(e.type, e.entity) for e in events] == [
+        ("storage.throttled", "ckpt-llm"), ("storage.throttled", "ckpt-minio"),
+        ("storage.throttled", "ckpt-ceph"), ("storage.throttled", "ckpt-gcs")]
+    assert (events[0].attributes["op"], events[0].attributes["exhausted"]) == ("PutObject",
+                                                                               True)
