@@ -65,6 +65,14 @@ _BUCKET = re.compile(r"(?:s3a?|gs|gcs)://(?P<bucket>[\w.-]+)|https?://(?P<vhost>
                      r"[\w.-]+|storage\.googleapis\.com/(?:storage/v1/b/|"
                      r"upload/storage/v1/b/)?(?P<gcs>[\w.-]+)|[Bb]ucket(?:Name)?[=:]? ?['\"]?"
                      r"(?P<named>[a-z0-9][\w.-]{2,62})")
+_SXID = re.compile(r"SXid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<sxid>\d+), (?P<sev>Non-fatal|Fatal)"
+                   r"(?:.*?[Ll]ink (?P<link>\d+))?")
+_FM = re.compile(r"detected NVSwitch (?P<sev>non-fatal|fatal) error (?P<sxid>\d+) .*?pci bus id "
+                 r"(?P<pci>[0-9a-fA-F:.]+)(?:.*?port (?P<port>\d+))?", re.I)
+_PANIC = re.compile(r"Kernel panic - not syncing: (?P<why>.+)")
+_OOM_KILL = re.compile(r"Out of memory: Killed process (?P<pid>\d+) \((?P<proc>[^)]+)\)")
+_SEGV = re.compile(r"(?P<proc>[\w.-]+)\[(?P<pid>\d+)\]: segfault at \w+ ip \w+ sp \w+ error \d+"
+                   r"(?: in (?P<lib>[^\[\s]+))?")
 _ERRNO = {-28: "ENOSPC", -5: "EIO", -110: "ETIMEDOUT", -107: "ENOTCONN", -122: "EDQUOT",
           -30: "EROFS", -11: "EAGAIN", -4: "EINTR", -19: "ENODEV"}
 _DCGM_ROW = re.compile(r"^\|\s*(?P<left>[^|]*?)\s*\|\s*(?P<right>[^|]*?)\s*\|$")
@@ -152,12 +160,53 @@ def _dcgm(lines: list[str], ctx: Context, ref: str) -> list[dict[str, Any] | Rej
     return out
 
 
+def _node_fault(body: str, node: str, ctx: Context) -> dict[str, Any] | None:
+    """NVSwitch errors (kernel SXid lines, Fabric Manager), kernel panics, the host OOM
+    killer and segfaults."""
+    if (m := _SXID.search(body)) or (m := _FM.search(body)):
+        fatal = m.group("sev").lower() == "fatal"
+        domain, _, rest = m.group("pci").partition(":")
+        pci = f"{domain[-4:]}:{rest}".lower()  # Fabric Manager prints 8-digit domains
+        port = m.groupdict().get("link") or m.groupdict().get("port")
+        return {"type": "node.health", "scope": "node", "entity": f"{node}/nvswitch-{pci}",
+                "severity": "critical" if fatal else "warning",
+                "attributes": {"system": "nvswitch", "status": "failure" if fatal else "warning",
+                               "sxid": int(m.group("sxid")), "pci": pci,
+                               "port": int(port) if port else None,
+                               "class": "nvlink"}}
+    if m := _PANIC.search(body):
+        return {"type": "node.not_ready", "scope": "node", "entity": node,
+                "severity": "critical",
+                "attributes": {"reason": clip(f"kernel panic: {m.group('why')}", 200)}}
+    job = {"project": ctx.project, "job_id": ctx.job_id,
+           **({"attempt": ctx.attempt} if ctx.attempt is not None else {})} \
+        if ctx.project and ctx.job_id else None
+    if m := _OOM_KILL.search(body):
+        attrs = {"kind": "host", "pid": int(m.group("pid")), "process": m.group("proc")}
+        if job:
+            return {"type": "job.oom", "scope": "node", "entity": node, "severity": "error",
+                    **job, "attributes": attrs}
+        return {"type": "node.health", "scope": "node", "entity": node, "severity": "warning",
+                "attributes": {"system": "host_memory", "status": "warning", **attrs}}
+    if m := _SEGV.search(body):
+        attrs = {"pid": int(m.group("pid")), "process": m.group("proc"), "signal": "SIGSEGV",
+                 "library": m.group("lib")}
+        if job:
+            return {"type": "job.worker_exited", "scope": "node", "entity": node,
+                    "severity": "error", **job, "attributes": attrs}
+        return {"type": "node.health", "scope": "node", "entity": node, "severity": "warning",
+                "attributes": {"system": "process", "status": "warning", **attrs}}
+    return None
+
+
 def _line(line: str, ctx: Context, ref: str) -> dict[str, Any] | Reject | None:
     time, host, source = _when(line, ctx)
     node = host or ctx.node
     body = line
-    record: dict[str, Any] | None = None
-    if (m := _MLX_LINK.search(body)) and (state := _MLX_STATE.get(m.group("state").lower())):
+    record: dict[str, Any] | None = _node_fault(body, node, ctx)
+    if record is not None:
+        pass
+    elif (m := _MLX_LINK.search(body)) and (state := _MLX_STATE.get(m.group("state").lower())):
         # INIT and ARMED are steps of coming up: not a state change worth an event
         record = {"type": f"network.port_{state}", "scope": "nic",
                   "entity": f"{node}/{m.group('iface')}",

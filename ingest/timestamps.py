@@ -15,6 +15,7 @@ tests/fixtures/logs/SOURCES.md):
 - glog / absl (PyTorch's C++, torchrun; no year): `E1206 18:44:12.123456 12345 file.cc:42] `,
   and PyTorch's per-rank form `[rank1]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] `;
 - journalctl -o short-unix: `1764492000.123456 host kernel: `;
+- NVIDIA Fabric Manager: `[Nov 30 2026 08:57:34] [ERROR] [tid 12] ...` (local time);
 - raw dmesg, seconds since boot: `[ 1843.308145] `;
 - /dev/kmsg: `6,1234,5678901234,-;` (priority, sequence, microseconds since boot, flags).
 
@@ -59,6 +60,8 @@ _ISO = re.compile(r"^\[?(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?"
                   r"(?P<zone>Z|[+-]\d\d:?\d\d)?)\]?\s+(?:" + _HOST + r" (?=\S+?(?:\[\d+\])?: ))?")
 _CTIME = re.compile(r"^\[" + _DOW + r" (?P<mon>" + _MON + r") +(?P<day>\d{1,2}) "
                     r"(?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\]\s*")
+_FABRIC = re.compile(r"^\[(?P<mon>" + _MON + r") +(?P<day>\d{1,2}) (?P<year>\d{4}) "
+                     r"(?P<hms>\d\d:\d\d:\d\d)\]\s*")
 _SYSLOG = re.compile(r"^(?P<mon>" + _MON + r") +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d)"
                      r"(?P<frac>\.\d+)? " + _HOST + r" ")
 _GLOG = re.compile(r"^(?:\[rank\d+\]:)?\[?(?P<level>[IWEF])(?P<mm>[01]?\d)(?P<dd>[0-3]\d)"
@@ -167,6 +170,10 @@ def read(line: str, ctx: Context) -> Stamp:
         except ValueError:
             pass
     m = _CTIME.match(text)
+    if m:
+        when = _local(ctx, int(m["year"]), _MONTHS[m["mon"]], int(m["day"]), m["hms"])
+        return Stamp(when, "line", "", text[m.end():])
+    m = _FABRIC.match(text)  # NVIDIA Fabric Manager: [Nov 30 2026 08:57:34]
     if m:
         when = _local(ctx, int(m["year"]), _MONTHS[m["mon"]], int(m["day"]), m["hms"])
         return Stamp(when, "line", "", text[m.end():])

@@ -124,8 +124,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             if found is not None:
                 out.append(found)
                 continue
-        if "Xid" not in line:
-            continue
+        if "Xid" not in line or ("SXid" in line and not _XID.search(line)):
+            continue  # an NVSwitch SXid is node-log's (node.health, system nvswitch)
         ref = f"{ctx.origin}:{number}"
         match = _XID.search(line)
         if not match:

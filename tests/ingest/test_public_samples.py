@@ -306,3 +306,28 @@ def test_object_store_throttling_in_each_vendors_words() -> None:
         ("storage.throttled", "ckpt-ceph"), ("storage.throttled", "ckpt-gcs")]
     assert (events[0].attributes["op"], events[0].attributes["exhausted"]) == ("PutObject",
                                                                                True)
+
+
+def test_nvswitch_errors_host_oom_segfault_and_panic() -> None:
+    events, letters, _ = _run("node-log", "public_nvswitch_and_host.log", node="gpu-node-1")
+    assert not letters
+    assert [(e.type, e.entity, e.severity.value) for e in events] == [
+        ("node.health", "gpu-node-1/nvswitch-0000:84:00.0", "warning"),
+        ("node.health", "gpu-node-1/nvswitch-0000:85:00.0", "critical"),
+        ("node.health", "gpu-node-1", "warning"),
+        ("node.health", "gpu-node-1", "warning"),
+        ("node.not_ready", "gpu-node-1", "critical")]
+    sxid, fatal, oom, segv, panic = events
+    assert (sxid.attributes["sxid"], sxid.attributes["port"], sxid.time) == (
+        12028, 41, _at(2025, 1, 25, 10, 34, 54, micro=859000))
+    assert (fatal.attributes["status"], fatal.attributes["port"], fatal.time) == (
+        "failure", 17, _at(2026, 11, 30, 8, 57, 34))  # Fabric Manager's own prefix
+    assert oom.attributes["system"] == "host_memory" and oom.attributes["pid"] == 44123
+    assert segv.attributes["library"] == "libcuda.so.1"
+    assert panic.attributes["reason"] == "kernel panic: Fatal exception in interrupt"
+    # within a job's log the OOM kill and the segfault are the job's
+    job, _, _ = _run("node-log", "public_nvswitch_and_host.log", node="gpu-node-1",
+                     project="p", job_id="j", attempt=1)
+    assert [e.type for e in job][2:4] == ["job.oom", "job.worker_exited"]
+    xid, xid_letters, _ = _run("xid", "../node-log/public_nvswitch_and_host.log")
+    assert xid == [] and xid_letters == []  # an SXid is not an Xid: node-log reads it
