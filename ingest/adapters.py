@@ -251,6 +251,7 @@ def registry(config: AdapterConfig | None = None) -> dict[str, Adapter]:
         alertmanager,
         cloudevents,
         grafana,
+        ibstat,
         kubernetes,
         nccl,
         node_log,
@@ -270,7 +271,7 @@ def registry(config: AdapterConfig | None = None) -> dict[str, Adapter]:
                 parse=lambda text, ctx: cloudevents.parse(text, ctx, events)),
         xid.ADAPTER, nccl.ADAPTER, node_log.ADAPTER, slurm.ADAPTER, slurm_text.SCONTROL,
         slurm_text.SLURMCTLD, kubernetes.ADAPTER, slurm_tools.SACCT, slurm_tools.SQUEUE,
-        slurm_tools.SINFO,
+        slurm_tools.SINFO, ibstat.ADAPTER,
     ]
     found = {a.name: a for a in adapters}
     from ingest import auto

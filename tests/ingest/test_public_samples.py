@@ -331,3 +331,18 @@ def test_nvswitch_errors_host_oom_segfault_and_panic() -> None:
     assert [e.type for e in job][2:4] == ["job.oom", "job.worker_exited"]
     xid, xid_letters, _ = _run("xid", "../node-log/public_nvswitch_and_host.log")
     assert xid == [] and xid_letters == []  # an SXid is not an Xid: node-log reads it
+
+
+def test_ibstat_snapshots_give_state_and_rate_changes() -> None:
+    events, letters, _ = _run("ibstat", "watch.txt", node="")
+    assert not letters
+    assert [(e.type, e.entity, e.time) for e in events] == [
+        ("network.port_down", "gpu-node-1/mlx5_0/1", _at(2026, 11, 30, 8, 0, 2)),
+        ("node.link_degraded", "gpu-node-1/mlx5_1/1", _at(2026, 11, 30, 8, 0, 2)),
+        ("network.port_up", "gpu-node-1/mlx5_0/1", _at(2026, 11, 30, 8, 0, 4))]
+    assert (events[1].attributes["speed"], events[1].attributes["expected_speed"]) == (
+        "100 Gb/s", "200 Gb/s")
+    netdev, _, _ = _run("ibstat", "ibdev2netdev.txt", node="gpu-node-2")
+    assert [(e.type, e.entity, e.time) for e in netdev] == [
+        ("network.port_down", "gpu-node-2/mlx5_1/1", _at(2026, 11, 30, 8, 10, 0)),
+        ("network.port_up", "gpu-node-2/mlx5_1/1", _at(2026, 11, 30, 8, 12, 0))]
