@@ -250,6 +250,7 @@ def registry(config: AdapterConfig | None = None) -> dict[str, Adapter]:
     from ingest import (
         alertmanager,
         cloudevents,
+        dcgm_exporter,
         grafana,
         ibstat,
         kubernetes,
@@ -271,7 +272,7 @@ def registry(config: AdapterConfig | None = None) -> dict[str, Adapter]:
                 parse=lambda text, ctx: cloudevents.parse(text, ctx, events)),
         xid.ADAPTER, nccl.ADAPTER, node_log.ADAPTER, slurm.ADAPTER, slurm_text.SCONTROL,
         slurm_text.SLURMCTLD, kubernetes.ADAPTER, slurm_tools.SACCT, slurm_tools.SQUEUE,
-        slurm_tools.SINFO, ibstat.ADAPTER,
+        slurm_tools.SINFO, ibstat.ADAPTER, dcgm_exporter.ADAPTER,
     ]
     found = {a.name: a for a in adapters}
     from ingest import auto

@@ -346,3 +346,20 @@ def test_ibstat_snapshots_give_state_and_rate_changes() -> None:
     assert [(e.type, e.entity, e.time) for e in netdev] == [
         ("network.port_down", "gpu-node-2/mlx5_1/1", _at(2026, 11, 30, 8, 10, 0)),
         ("network.port_up", "gpu-node-2/mlx5_1/1", _at(2026, 11, 30, 8, 12, 0))]
+
+
+def test_dcgm_exporter_samples() -> None:
+    events, letters, _ = _run("dcgm-exporter", "public_metrics.prom", node="")
+    assert not letters
+    assert [(e.type, e.entity) for e in events] == [
+        ("node.xid", "gpu-node-3/gpu1"), ("node.xid", "workstation/gpu0"),
+        ("node.thermal", "gpu-node-3/gpu2"), ("node.throttled", "gpu-node-3/gpu3"),
+        ("node.ecc", "gpu-node-3/gpu4")]
+    off_bus, count, hot, throttled, dbe = events
+    assert (off_bus.attributes["xid"], off_bus.attributes["class"], off_bus.severity.value) == (
+        79, "gpu_hardware", "critical")
+    assert count.attributes["xid"] == 42
+    assert hot.attributes["temperature_c"] == 91
+    assert throttled.attributes["reason"] == "hw_slowdown,hw_thermal"  # 72 = 0x08 | 0x40
+    assert (dbe.attributes["count"], dbe.time) == (2, _at(2025, 11, 30, 8, 40, 0))
+    assert off_bus.time == READ_AT and off_bus.attributes["time_source"] == "observed"
