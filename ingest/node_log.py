@@ -51,7 +51,13 @@ _LUSTRE_RC = re.compile(r"operation (?P<op>\w+) to node (?P<nid>\S+) failed: rc 
 _LUSTRE_EVICT = re.compile(r"This client was evicted by (?P<t>\S+?);")
 _LUSTRE_SLOW = re.compile(r"timed out for slow reply: \[sent (?P<sent>\d+)/real \d+\].*?"
                           r"o\d+->(?P<t>\S+?)@.*? dl (?P<dl>\d+)")
-_LNET = re.compile(r"LNetError: .*?Timed out (?:RDMA with (?P<nid>\S+)|tx)")
+_LNET = re.compile(r"LNet(?:Error)?: .*?(?:Timed out (?:RDMA with (?P<nid>[\w.:-]+@\w+)|tx(?: for "
+                   r"(?P<tx>[\w.:-]+@\w+))?)|peer NI \((?P<peer>[^)]+)\) recovery failed|"
+                   r"Error sending \w+ to \d+-(?P<send>[\w.:-]+@\w+))")
+_LUSTRE_DEAD = re.compile(r"(?P<t>[\w-]+-(?:MDT|OST)[0-9a-f]{4}): haven't heard from client "
+                          r"\S+ \(at (?P<nid>[^)]+)\) in (?P<s>\d+) seconds.*?evicting")
+_LUSTRE_NOCONN = re.compile(r"(?P<t>[\w-]+-(?:MDT|OST)[0-9a-f]{4})(?:_UUID)?: not available for "
+                            r"connect from (?P<nid>\S+?) \((?P<why>[^)]+)\)")
 _NFS = re.compile(r"nfs: server (?P<server>\S+) (?P<state>not responding|OK)")
 _GPFS_TS = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d{4})?): ")
 _GPFS = re.compile(r"\[(?P<level>[EXW])\] (?P<msg>.+)")
@@ -117,6 +123,15 @@ def _lustre(body: str) -> dict[str, Any] | None:
     if m := _LUSTRE_EVICT.search(body):
         out = {"type": "storage.io_error", "severity": "error", **target(m.group("t"))}
         out["attributes"]["error"] = "evicted"
+        return out
+    if m := _LUSTRE_DEAD.search(body):  # a server's log naming the client it gave up on
+        out = {"type": "storage.io_error", "severity": "error", **target(m.group("t"))}
+        out["attributes"].update({"error": f"client evicted after {m.group('s')} s silent",
+                                  "client": m.group("nid")})
+        return out
+    if m := _LUSTRE_NOCONN.search(body):
+        out = {"type": "storage.unavailable", "severity": "error", **target(m.group("t"))}
+        out["attributes"].update({"client": m.group("nid"), "reason": m.group("why")})
         return out
     if m := _LUSTRE_SLOW.search(body):
         out = {"type": "storage.latency", "severity": "warning", **target(m.group("t"))}
@@ -229,10 +244,12 @@ def _line(line: str, ctx: Context, ref: str) -> dict[str, Any] | Reject | None:
     elif "Lustre" in body and (found := _lustre(body)):
         record = {"scope": "target", **found}
     elif m := _LNET.search(body):
+        peer = m.group("nid") or m.group("tx") or m.group("peer") or m.group("send") or ""
+        error = "timed out" if "Timed out" in body else "peer recovery failed" \
+            if m.group("peer") else "send failed"
         record = {"type": "storage.io_error", "scope": "node", "entity": node,
-                  "severity": "error", "attributes": {"layer": "lnet",
-                                                      "error": "timed out",
-                                                      "server": m.group("nid") or ""}}
+                  "severity": "error", "attributes": {"layer": "lnet", "error": error,
+                                                      "server": peer}}
     elif m := _NFS.search(body):
         server = m.group("server").rstrip(":")
         # the server is the entity: an address whole, a host name by its first label

@@ -363,3 +363,19 @@ def test_dcgm_exporter_samples() -> None:
     assert throttled.attributes["reason"] == "hw_slowdown,hw_thermal"  # 72 = 0x08 | 0x40
     assert (dbe.attributes["count"], dbe.time) == (2, _at(2025, 11, 30, 8, 40, 0))
     assert off_bus.time == READ_AT and off_bus.attributes["time_source"] == "observed"
+
+
+def test_lustre_servers_naming_clients_and_lnet_wordings() -> None:
+    events, letters, report = _run("node-log", "lustre_server.log", node="")
+    assert not letters and report.skipped == 0
+    dead, noconn, *lnet = events
+    assert (dead.type, dead.entity, dead.attributes["client"]) == (
+        "storage.io_error", "scratch-MDT0000", "10.1.2.3@o2ib")
+    assert dead.attributes["error"] == "client evicted after 227 s silent"
+    assert (noconn.type, noconn.entity, noconn.attributes["client"],
+            noconn.attributes["reason"]) == ("storage.unavailable", "scratch-OST0003",
+                                             "10.1.2.4@o2ib", "no target")
+    assert [(e.entity, e.attributes["error"], e.attributes["server"]) for e in lnet] == [
+        ("gpu-node-1", "timed out", ""), ("gpu-node-1", "timed out", "10.0.0.14@o2ib"),
+        ("gpu-node-1", "peer recovery failed", "10.0.0.14@o2ib"),
+        ("gpu-node-1", "send failed", "10.0.0.14@o2ib")]
