@@ -293,6 +293,77 @@ def _line(line: str, ctx: Context, ref: str) -> dict[str, Any] | Reject | None:
     return {**record, "time": time, "node": node, "message": line.strip()[-500:]}
 
 
+_DIAG_ROW = re.compile(r"^\|\s*(?P<test>[^|]+?)\s*\|\s*(?P<result>Fail|Warn)\w*\s*-?\s*"
+                       r"(?P<gpus>(?:GPUs?:?\s*)?[\d, ]+|All)?\s*\|?$", re.I)
+
+
+def _diag(lines: list[str], ctx: Context, ref: str) -> list[dict[str, Any] | Reject]:
+    """`dcgmi diag -r N` table -> one `node.health` per failed (or warned) test and GPU, with
+    the Warning/Info rows that follow it as the message."""
+    if not ctx.node:
+        return [Reject("node", "a dcgmi diag report names no host: ship it with the node",
+                       raw_evidence("\n".join(lines)), ref)]
+    found: list[dict[str, Any]] = []
+    group: list[dict[str, Any]] = []  # the entries of the last failed row (its GPUs)
+    for line in lines:
+        if m := _DIAG_ROW.match(line.strip()):
+            test = m.group("test").strip()
+            if test.lower() in ("warning", "info"):
+                continue
+            gpus = re.findall(r"\d+", m.group("gpus") or "") or ["all"]
+            group = [{"gpu": gpu, "system": test.lower().replace(" ", "_").replace("/", "_"),
+                      "status": "failure" if m.group("result").lower().startswith("fail")
+                      else "warning", "message": []} for gpu in gpus]
+            found.extend(group)
+        elif group and (row := _DCGM_ROW.match(line.strip())) and row.group("left") in (
+                "Warning", "Info", ""):
+            for item in group:
+                item["message"].append(row.group("right"))
+        elif _DCGM_ROW.match(line.strip()):
+            group = []
+    out: list[dict[str, Any] | Reject] = []
+    for item in found:
+        message = " ".join(item.pop("message")) or f"dcgmi diag: {item['system']} failed"
+        klass = _DCGM_CLASS.get(item["system"].split("_")[0], "gpu_hardware")
+        gpu = item["gpu"]
+        out.append({
+            "type": "node.health", "time": ctx.observed_at.isoformat(), "scope": "gpu",
+            "entity": f"{ctx.node}/gpu{gpu}" if gpu != "all" else ctx.node, "node": ctx.node,
+            "severity": "critical" if item["status"] == "failure" else "warning",
+            "message": clip(message, 500),
+            "attributes": {**item, "class": klass, "source": "dcgmi diag",
+                           "time_source": "observed", "raw": raw_evidence("\n".join(lines))}})
+    return out
+
+
+def _health_json(line: str, ctx: Context) -> dict[str, Any] | None:
+    """A health checker's JSON log line (NVSentinel's preflight DCGM diagnostics:
+    `{"event": "Test fail", "gpu": "GPU-...", "test": "memory", "error_code": ..., "detail":
+    ..., "timestamp": ...}`) -> `node.health` at its timestamp."""
+    import json
+
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("event") not in ("Test fail", "Test warn"):
+        return None
+    node = str(doc.get("node") or doc.get("hostname") or ctx.node or "")
+    gpu = str(doc.get("gpu") or "")
+    failed = doc["event"] == "Test fail"
+    when = str(doc.get("timestamp") or "") or ctx.observed_at.isoformat()
+    return {"type": "node.health", "time": when, "scope": "gpu" if gpu else "node",
+            "entity": f"{node}/{gpu}" if gpu else node, "node": node or None,
+            "severity": "critical" if failed else "warning",
+            "message": clip(str(doc.get("detail") or doc["event"]), 500),
+            "attributes": {"gpu": gpu or None, "system": str(doc.get("test") or "unknown"),
+                           "status": "failure" if failed else "warning",
+                           "error_code": doc.get("error_code"),
+                           "source": str(doc.get("module") or "health json"),
+                           "time_source": "line" if doc.get("timestamp") else "observed",
+                           "raw": raw_evidence(line)}}
+
+
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out: list[dict[str, Any] | Reject] = []
     table: list[str] = []
@@ -301,24 +372,39 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         ref = f"{ctx.origin}:{number}"
         stripped = line.strip()
         if stripped.startswith(("|", "+")) and (table or "Health Monitor Report" in stripped
+                                                 or "Diagnostic" in stripped
                                                  or stripped.startswith("+")):
             if not table:
                 start = number
             table.append(stripped)
             continue
         if table:
-            if any("Health Monitor Report" in row for row in table):
-                out.extend(_dcgm(table, ctx, f"{ctx.origin}:{start}"))
+            out.extend(_table(table, ctx, f"{ctx.origin}:{start}"))
             table = []
+        if stripped.startswith("{") and (health := _health_json(stripped, ctx)) is not None:
+            if not health["node"]:
+                out.append(Reject("node", "a health event names no host and none was given",
+                                  raw_evidence(line), ref))
+            else:
+                out.append(health)
+            continue
         if "NVRM: Xid" in line:
             out.extend(xid.parse(line, replace(ctx, origin=ref)))
             continue
         record = _line(line, ctx, ref)
         if record is not None:
             out.append(record)
-    if table and any("Health Monitor Report" in row for row in table):
-        out.extend(_dcgm(table, ctx, f"{ctx.origin}:{start}"))
+    if table:
+        out.extend(_table(table, ctx, f"{ctx.origin}:{start}"))
     return out
+
+
+def _table(table: list[str], ctx: Context, ref: str) -> list[dict[str, Any] | Reject]:
+    if any("Health Monitor Report" in row for row in table):
+        return _dcgm(table, ctx, ref)
+    if any(re.match(r"^\|\s*Diagnostic\s*\|\s*Result", row) for row in table):
+        return _diag(table, ctx, ref)
+    return []
 
 
 ADAPTER = Adapter("node-log", parse, doc="Node and infrastructure logs: Xid, DCGM health, "

@@ -379,3 +379,18 @@ def test_lustre_servers_naming_clients_and_lnet_wordings() -> None:
         ("gpu-node-1", "timed out", ""), ("gpu-node-1", "timed out", "10.0.0.14@o2ib"),
         ("gpu-node-1", "peer recovery failed", "10.0.0.14@o2ib"),
         ("gpu-node-1", "send failed", "10.0.0.14@o2ib")]
+
+
+def test_dcgm_diag_table_and_health_json() -> None:
+    events, letters, _ = _run("node-log", "public_dcgm_diag.txt", node="gpu-node-9")
+    assert not letters
+    assert [(e.entity, e.attributes["system"], e.attributes["status"]) for e in events] == [
+        ("gpu-node-9/gpu0", "page_retirement_row_remap", "failure"),
+        ("gpu-node-9/gpu0", "gpu_memory", "failure"),
+        ("gpu-node-9/gpu1", "gpu_memory", "failure"),
+        ("gpu-node-9/GPU-64c6592e-0317-762b-fb32-0d561ed649ae", "software", "warning"),
+        ("gpu-node-9/GPU-64c6592e-0317-762b-fb32-0d561ed649ae", "memory", "failure")]
+    assert events[0].message.startswith("GPU 0 Row remapping failure: a pending remap could")
+    assert events[2].message == "GPU 0 DBE errors detected"  # the row's note, for each GPU
+    assert events[4].time == _at(2026, 2, 4, 5, 19, 41, micro=100000)
+    assert events[0].attributes["time_source"] == "observed"
