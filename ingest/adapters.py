@@ -165,7 +165,8 @@ def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
         for piece in pieces:
             seen.update(p.strip() for p in piece.splitlines() if p.strip())
     if not adapter.line_oriented or (adapter.name == "auto" and set(out.by_adapter) - {
-            "xid", "training-log", "slurmctld", "node-log"}):
+            "xid", "training-log", "slurmctld", "node-log"}) or (
+            re.match(r"\s*(?:\{|\[\s*[{\]])", text) and adapter.name in ("sinfo", "auto")):
         return out  # a document, not lines
     for line in text.splitlines():
         stripped = line.strip()

@@ -33,6 +33,8 @@ def _shape(doc: Any) -> str | None:
         return "alertmanager"
     if "jobs" in first and isinstance(first.get("jobs"), list):
         return "slurm"
+    if isinstance(first.get("sinfo"), list):
+        return "sinfo"
     kind = str(first.get("kind") or "")
     if first.get("apiVersion") or kind.endswith("List") or kind == "Event" or "involvedObject" \
             in first or "regarding" in first:

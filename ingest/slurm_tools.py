@@ -140,7 +140,56 @@ _DOWN = ("down", "fail", "failing", "no_respond", "not_responding")
 _DRAIN = ("drain", "drng", "drained", "draining")
 
 
+def _sinfo_json(doc: dict[str, Any], ctx: Context) -> list[dict[str, Any] | Reject]:
+    """`sinfo --json` (entries with `node.state`, `nodes.nodes` and `reason`), or the older
+    node list (`nodes: [{name, state, reason, reason_changed_at}]`)."""
+    from datetime import UTC, datetime
+
+    from ingest.slurm import _number
+
+    rows: list[tuple[list[str], list[str], str, Any]] = []
+    for entry in doc.get("sinfo") or []:
+        if not isinstance(entry, dict):
+            continue
+        state = (entry.get("node") or {}).get("state") or []
+        names = (entry.get("nodes") or {}).get("nodes") or []
+        reason = entry.get("reason") or {}
+        rows.append(([str(x) for x in (state if isinstance(state, list) else [state])],
+                     [str(n) for n in names], str(reason.get("description") or ""),
+                     reason.get("time")))
+    for node in doc.get("nodes") or []:
+        if isinstance(node, dict) and (node.get("name") or node.get("hostname")):
+            state = node.get("state") or []
+            rows.append(([str(x) for x in (state if isinstance(state, list) else [state])],
+                         [str(node.get("name") or node.get("hostname"))],
+                         str(node.get("reason") or ""), node.get("reason_changed_at")))
+    out: list[dict[str, Any] | Reject] = []
+    for states, names, reason, changed in rows:
+        lower = {x.lower() for x in states}
+        type_ = "node.not_ready" if lower & set(_DOWN) else "node.drained" if lower & set(
+            _DRAIN) else None
+        if type_ is None:
+            continue
+        at = _number(changed)
+        when, source = (datetime.fromtimestamp(at, tz=UTC).isoformat(), "line") if at \
+            else (ctx.observed_at.isoformat(), "observed")
+        for node in names:
+            out.append({"type": type_, "time": when, "scope": "node", "entity": node,
+                        "node": node, "severity": "error" if type_ == "node.not_ready"
+                        else "warning", "message": clip(f"{node} {'+'.join(states)} {reason}",
+                                                        500),
+                        "attributes": {"reason": clip(reason or "+".join(states), 200),
+                                       "state": "+".join(states), "time_source": source,
+                                       "raw": raw_evidence({"node": node, "state": states,
+                                                            "reason": reason})}})
+    return out
+
+
 def parse_sinfo(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
+    if text.lstrip().startswith("{"):
+        from ingest.adapters import json_object
+
+        return _sinfo_json(json_object(text, "sinfo --json output"), ctx)
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise ParseError("header", "empty sinfo output")

@@ -394,3 +394,12 @@ def test_dcgm_diag_table_and_health_json() -> None:
     assert events[2].message == "GPU 0 DBE errors detected"  # the row's note, for each GPU
     assert events[4].time == _at(2026, 2, 4, 5, 19, 41, micro=100000)
     assert events[0].attributes["time_source"] == "observed"
+
+
+def test_sinfo_json() -> None:
+    events, letters, report = _run("sinfo", "sinfo.json", node="")
+    assert not letters and report.lines == 0
+    assert [(e.type, e.entity, e.time, e.attributes["reason"]) for e in events] == [
+        ("node.not_ready", "node-045", _at(2025, 11, 30, 9, 15, 0), "Not responding"),
+        ("node.not_ready", "node-046", _at(2025, 11, 30, 9, 15, 0), "Not responding"),
+        ("node.drained", "node-047", _at(2025, 11, 30, 9, 20, 0), "Xid 79")]
