@@ -95,12 +95,19 @@ def parse_scontrol(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         if not fields.get("JobState"):
             out.append(Reject("JobState", "missing", raw_evidence(record), ref))
             continue
-        drafts = job_records(sacct_shape(fields), i, ctx)
-        for draft in drafts:
-            if isinstance(draft, dict):
-                draft["attributes"]["raw"] = raw_evidence(record)
-        out.extend(drafts)
+        out.extend(text_job_records(fields, i, ctx, record))
     return out
+
+
+def text_job_records(fields: dict[str, str], i: int, ctx: Context,
+                     raw: str) -> list[dict[str, Any] | Reject]:
+    """A job read from a Slurm text tool (scontrol, sacct -P), as sacct --json's events,
+    with the tool's own text as evidence."""
+    drafts = job_records(sacct_shape(fields), i, ctx)
+    for draft in drafts:
+        if isinstance(draft, dict):
+            draft["attributes"]["raw"] = raw_evidence(raw)
+    return drafts
 
 
 _NOT_RESPONDING = re.compile(r"Nodes? (?P<nodes>\S+) not responding")

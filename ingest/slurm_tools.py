@@ -25,8 +25,8 @@ from typing import Any
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError
 from ingest.redact import clip
-from ingest.slurm import expand_hostlist, job_records
-from ingest.slurm_text import sacct_shape
+from ingest.slurm import expand_hostlist
+from ingest.slurm_text import text_job_records
 
 _SACCT_FIELDS = {"JobID": "JobId", "JobName": "JobName", "Partition": "Partition",
                  "Account": "Account", "User": "UserId", "NodeList": "NodeList",
@@ -62,11 +62,7 @@ def parse_sacct(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         if why and not fields.get("Reason"):
             fields["Reason"] = why.replace("by ", "cancelled by uid ", 1) \
                 if why.startswith("by ") else why  # `CANCELLED by 1000`
-        drafts = job_records(sacct_shape(fields), i, ctx)
-        for draft in drafts:
-            if isinstance(draft, dict):
-                draft["attributes"]["raw"] = raw_evidence(row)
-        out.extend(drafts)
+        out.extend(text_job_records(fields, i, ctx, row))
     return out
 
 
