@@ -42,6 +42,9 @@ class _Group(click.Group):
 @click.pass_context
 def main(ctx: click.Context, home: Path | None) -> None:
     """jobtrail: one cross-system timeline per training job."""
+    from jobtrail.logs import redact_log_records
+
+    redact_log_records()
     settings = Settings.from_env(os.environ)
     if home is not None:
         settings = settings.with_(home=home)

@@ -1,0 +1,36 @@
+"""No credential in a log line, whoever logs it: the record factory redacts the message and
+the traceback text of every record (a library that logs the message it failed on included)."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from jobtrail.logs import redact_log_records
+
+SECRET = "sk_live_" + "LmQiq3DGe2RSBHnfTTZ8nOas"
+
+
+def test_messages_arguments_and_tracebacks_are_redacted() -> None:
+    redact_log_records()
+    redact_log_records()  # idempotent: installed once
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
+    library = logging.getLogger("faust.agents.agent")  # a library's logger, not ours
+    library.addHandler(handler)
+    library.propagate = False
+    try:
+        library.error("Agent crashed on event value=%r", f'{{"message": "{SECRET}"')
+        try:
+            raise ValueError(f"bad record: {SECRET}")
+        except ValueError:
+            library.exception("while handling")
+        library.warning("plain %s %d", "text", 3)
+    finally:
+        library.removeHandler(handler)
+        library.propagate = True
+    text = out.getvalue()
+    assert "LmQiq3DGe2RSBHnfTTZ8nOas" not in text
+    assert "Agent crashed on event value=" in text and "ValueError: bad record:" in text
+    assert "plain text 3" in text  # ordinary lines are untouched
