@@ -1,0 +1,177 @@
+"""GPU and node health in node logs (part of the `node-log` adapter): `dcgmi health -c` and
+`dcgmi diag` tables, health-checker JSON lines (NVSentinel's preflight diagnostics), NVSwitch
+SXid and Fabric Manager errors, kernel panics, the host OOM killer and segfaults."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ingest.adapters import Context, Reject, raw_evidence
+from ingest.redact import clip
+
+_SXID = re.compile(r"SXid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<sxid>\d+), (?P<sev>Non-fatal|Fatal)"
+                   r"(?:.*?[Ll]ink (?P<link>\d+))?")
+_FM = re.compile(r"detected NVSwitch (?P<sev>non-fatal|fatal) error (?P<sxid>\d+) .*?pci bus id "
+                 r"(?P<pci>[0-9a-fA-F:.]+)(?:.*?port (?P<port>\d+))?", re.I)
+_PANIC = re.compile(r"Kernel panic - not syncing: (?P<why>.+)")
+_OOM_KILL = re.compile(r"Out of memory: Killed process (?P<pid>\d+) \((?P<proc>[^)]+)\)")
+_SEGV = re.compile(r"(?P<proc>[\w.-]+)\[(?P<pid>\d+)\]: segfault at \w+ ip \w+ sp \w+ error \d+"
+                   r"(?: in (?P<lib>[^\[\s]+))?")
+_DCGM_ROW = re.compile(r"^\|\s*(?P<left>[^|]*?)\s*\|\s*(?P<right>[^|]*?)\s*\|$")
+_DCGM_CLASS = {"memory": "gpu_hardware", "pcie": "gpu_hardware", "nvlink": "nvlink",
+               "thermal": "gpu_hardware", "power": "gpu_hardware", "inforom": "gpu_hardware",
+               "driver": "gpu_hardware", "nvswitch": "nvlink", "sm": "gpu_hardware"}
+
+
+def dcgm_health(lines: list[str], ctx: Context, ref: str) -> list[dict[str, Any] | Reject]:
+    """`dcgmi health -c` table -> one `node.health` per GPU subsystem that is not healthy."""
+    if not ctx.node:
+        return [Reject("node", "a dcgmi health report names no host: ship it with the node",
+                       raw_evidence("\n".join(lines)), ref)]
+    found: list[dict[str, Any]] = []
+    gpu = ""
+    for line in lines:
+        row = _DCGM_ROW.match(line.strip())
+        if not row:
+            continue
+        left, right = row.group("left"), row.group("right")
+        if re.fullmatch(r"-> \d+", left):
+            gpu = left[3:]
+        elif left.startswith("-> ") and left.endswith(" system"):
+            system = left[3:-len(" system")].strip()
+            found.append({"gpu": gpu, "system": system.lower().replace(" ", "_"),
+                          "status": right.lower() or "failure", "message": []})
+        elif found and right and (left in ("", "System Health") or left.startswith("System")):
+            found[-1]["message"].append(right)
+    out: list[dict[str, Any] | Reject] = []
+    for item in found:
+        message = " ".join(item.pop("message")) or f"{item['system']} {item['status']}"
+        klass = _DCGM_CLASS.get(item["system"].split("_")[0], "gpu_hardware")
+        out.append({
+            "type": "node.health", "time": ctx.observed_at.isoformat(), "scope": "gpu",
+            "entity": f"{ctx.node}/gpu{item['gpu']}", "node": ctx.node,
+            "severity": "critical" if item["status"] == "failure" else "warning",
+            "message": clip(message, 500),
+            "attributes": {**item, "class": klass, "time_source": "observed",
+                           "raw": raw_evidence("\n".join(lines))},
+        })
+    return out
+
+
+def node_fault(body: str, node: str, ctx: Context) -> dict[str, Any] | None:
+    """NVSwitch errors (kernel SXid lines, Fabric Manager), kernel panics, the host OOM
+    killer and segfaults."""
+    if (m := _SXID.search(body)) or (m := _FM.search(body)):
+        fatal = m.group("sev").lower() == "fatal"
+        domain, _, rest = m.group("pci").partition(":")
+        pci = f"{domain[-4:]}:{rest}".lower()  # Fabric Manager prints 8-digit domains
+        port = m.groupdict().get("link") or m.groupdict().get("port")
+        return {"type": "node.health", "scope": "node", "entity": f"{node}/nvswitch-{pci}",
+                "severity": "critical" if fatal else "warning",
+                "attributes": {"system": "nvswitch", "status": "failure" if fatal else "warning",
+                               "sxid": int(m.group("sxid")), "pci": pci,
+                               "port": int(port) if port else None,
+                               "class": "nvlink"}}
+    if m := _PANIC.search(body):
+        return {"type": "node.not_ready", "scope": "node", "entity": node,
+                "severity": "critical",
+                "attributes": {"reason": clip(f"kernel panic: {m.group('why')}", 200)}}
+    job = {"project": ctx.project, "job_id": ctx.job_id,
+           **({"attempt": ctx.attempt} if ctx.attempt is not None else {})} \
+        if ctx.project and ctx.job_id else None
+    if m := _OOM_KILL.search(body):
+        attrs = {"kind": "host", "pid": int(m.group("pid")), "process": m.group("proc")}
+        if job:
+            return {"type": "job.oom", "scope": "node", "entity": node, "severity": "error",
+                    **job, "attributes": attrs}
+        return {"type": "node.health", "scope": "node", "entity": node, "severity": "warning",
+                "attributes": {"system": "host_memory", "status": "warning", **attrs}}
+    if m := _SEGV.search(body):
+        attrs = {"pid": int(m.group("pid")), "process": m.group("proc"), "signal": "SIGSEGV",
+                 "library": m.group("lib")}
+        if job:
+            return {"type": "job.worker_exited", "scope": "node", "entity": node,
+                    "severity": "error", **job, "attributes": attrs}
+        return {"type": "node.health", "scope": "node", "entity": node, "severity": "warning",
+                "attributes": {"system": "process", "status": "warning", **attrs}}
+    return None
+
+
+_DIAG_ROW = re.compile(r"^\|\s*(?P<test>[^|]+?)\s*\|\s*(?P<result>Fail|Warn)\w*\s*-?\s*"
+                       r"(?P<gpus>(?:GPUs?:?\s*)?[\d, ]+|All)?\s*\|?$", re.I)
+
+
+def dcgm_diag(lines: list[str], ctx: Context, ref: str) -> list[dict[str, Any] | Reject]:
+    """`dcgmi diag -r N` table -> one `node.health` per failed (or warned) test and GPU, with
+    the Warning/Info rows that follow it as the message."""
+    if not ctx.node:
+        return [Reject("node", "a dcgmi diag report names no host: ship it with the node",
+                       raw_evidence("\n".join(lines)), ref)]
+    found: list[dict[str, Any]] = []
+    group: list[dict[str, Any]] = []  # the entries of the last failed row (its GPUs)
+    for line in lines:
+        if m := _DIAG_ROW.match(line.strip()):
+            test = m.group("test").strip()
+            if test.lower() in ("warning", "info"):
+                continue
+            gpus = re.findall(r"\d+", m.group("gpus") or "") or ["all"]
+            group = [{"gpu": gpu, "system": test.lower().replace(" ", "_").replace("/", "_"),
+                      "status": "failure" if m.group("result").lower().startswith("fail")
+                      else "warning", "message": []} for gpu in gpus]
+            found.extend(group)
+        elif group and (row := _DCGM_ROW.match(line.strip())) and row.group("left") in (
+                "Warning", "Info", ""):
+            for item in group:
+                item["message"].append(row.group("right"))
+        elif _DCGM_ROW.match(line.strip()):
+            group = []
+    out: list[dict[str, Any] | Reject] = []
+    for item in found:
+        message = " ".join(item.pop("message")) or f"dcgmi diag: {item['system']} failed"
+        klass = _DCGM_CLASS.get(item["system"].split("_")[0], "gpu_hardware")
+        gpu = item["gpu"]
+        out.append({
+            "type": "node.health", "time": ctx.observed_at.isoformat(), "scope": "gpu",
+            "entity": f"{ctx.node}/gpu{gpu}" if gpu != "all" else ctx.node, "node": ctx.node,
+            "severity": "critical" if item["status"] == "failure" else "warning",
+            "message": clip(message, 500),
+            "attributes": {**item, "class": klass, "source": "dcgmi diag",
+                           "time_source": "observed", "raw": raw_evidence("\n".join(lines))}})
+    return out
+
+
+def health_json(line: str, ctx: Context) -> dict[str, Any] | None:
+    """A health checker's JSON log line (NVSentinel's preflight DCGM diagnostics:
+    `{"event": "Test fail", "gpu": "GPU-...", "test": "memory", "error_code": ..., "detail":
+    ..., "timestamp": ...}`) -> `node.health` at its timestamp."""
+    import json
+
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("event") not in ("Test fail", "Test warn"):
+        return None
+    node = str(doc.get("node") or doc.get("hostname") or ctx.node or "")
+    gpu = str(doc.get("gpu") or "")
+    failed = doc["event"] == "Test fail"
+    when = str(doc.get("timestamp") or "") or ctx.observed_at.isoformat()
+    return {"type": "node.health", "time": when, "scope": "gpu" if gpu else "node",
+            "entity": f"{node}/{gpu}" if gpu else node, "node": node or None,
+            "severity": "critical" if failed else "warning",
+            "message": clip(str(doc.get("detail") or doc["event"]), 500),
+            "attributes": {"gpu": gpu or None, "system": str(doc.get("test") or "unknown"),
+                           "status": "failure" if failed else "warning",
+                           "error_code": doc.get("error_code"),
+                           "source": str(doc.get("module") or "health json"),
+                           "time_source": "line" if doc.get("timestamp") else "observed",
+                           "raw": raw_evidence(line)}}
+
+
+def table(table: list[str], ctx: Context, ref: str) -> list[dict[str, Any] | Reject]:
+    if any("Health Monitor Report" in row for row in table):
+        return dcgm_health(table, ctx, ref)
+    if any(re.match(r"^\|\s*Diagnostic\s*\|\s*Result", row) for row in table):
+        return dcgm_diag(table, ctx, ref)
+    return []
