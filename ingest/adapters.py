@@ -146,6 +146,9 @@ class Report:
         return out
 
 
+_JSON_DOCUMENT = re.compile(r"\s*(?:\{\s*\"|\[\s*[{\]])")
+
+
 def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
     """Which non-blank lines some record came from (its raw evidence or message holds the
     line), for a line-oriented adapter; events stamped with the time they were read."""
@@ -164,10 +167,8 @@ def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
             pieces = [str(getattr(d, "payload", "") or "")]
         for piece in pieces:
             seen.update(p.strip() for p in piece.splitlines() if p.strip())
-    if not adapter.line_oriented or (adapter.name == "auto" and set(out.by_adapter) - {
-            "xid", "training-log", "slurmctld", "node-log"}) or (
-            re.match(r"\s*(?:\{|\[\s*[{\]])", text) and adapter.name in ("sinfo", "auto")):
-        return out  # a document, not lines
+    if not adapter.line_oriented or _JSON_DOCUMENT.match(text):
+        return out  # a document, not lines (sinfo --json; what auto routed by shape)
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped:

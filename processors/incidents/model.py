@@ -15,8 +15,9 @@ Lifecycle: open -> acknowledged -> mitigated -> resolved -> closed, `reopened` o
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime
+from datetime import datetime
 from functools import singledispatch
 from typing import Any, Literal
 
@@ -176,6 +177,15 @@ class Action:
     """Set for a proposal: the remediation rule that proposed it."""
 
 
+RECOVERY_STAGES = ("awaiting_restart", "restarted", "restored", "progress_resumed", "verified")
+
+
+def recovery_of(jobs: Iterable[JobImpact]) -> str:
+    """The least advanced recovery of the failed attempts among `jobs` ('' when none)."""
+    states = {j.recovery for j in jobs if j.role == "failed"}
+    return min(states, key=RECOVERY_STAGES.index) if states else ""
+
+
 @dataclass
 class Incident:
     """The current state. `apply` folds events into it in place (collections included):
@@ -239,12 +249,7 @@ class Incident:
 
     @property
     def recovery(self) -> str:
-        states = {j.recovery for j in self.jobs.values() if j.role == "failed"}
-        if not states:
-            return ""
-        return "verified" if states == {"verified"} else min(
-            states, key=["awaiting_restart", "restarted", "restored", "progress_resumed",
-                         "verified"].index)
+        return recovery_of(self.jobs.values())
 
     @property
     def projects(self) -> list[str]:
@@ -455,7 +460,10 @@ def check(state: Incident | None, payload: Payload, actor: Actor | None = None) 
     if isinstance(payload, ev.SeverityChanged) and payload.severity not in SEVERITIES:
         raise InvalidTransition(f"severity must be one of {', '.join(SEVERITIES)}")
     if isinstance(payload, ev.ActionAdded | ev.ActionUpdated):
-        _check_action_fields(payload)
+        from processors.incidents.followups import field_problem
+
+        if problem := field_problem(payload):
+            raise InvalidTransition(problem)
     if isinstance(payload, ev.ActionUpdated):
         if payload.action_id not in state.actions:
             raise InvalidTransition(f"no action {payload.action_id!r} on {state.id}")
@@ -478,26 +486,6 @@ def check(state: Incident | None, payload: Payload, actor: Actor | None = None) 
         if still and not payload.force:
             raise InvalidTransition(f"the commander checklist is open: {', '.join(still)} "
                                     "(finish it, or force the close with a reason)")
-
-
-ACTION_KINDS = ("prevent", "mitigate", "detect", "process")
-ACTION_PRIORITIES = ("p0", "p1", "p2", "p3")
-
-
-def _check_action_fields(payload: ev.ActionAdded | ev.ActionUpdated) -> None:
-    if payload.due:
-        try:
-            date.fromisoformat(payload.due)
-        except ValueError:
-            raise InvalidTransition(f"due: {payload.due!r} is not a date (YYYY-MM-DD)") from None
-        if len(payload.due) != 10:
-            raise InvalidTransition(f"due: {payload.due!r} is not a date (YYYY-MM-DD)")
-    if payload.kind and payload.kind not in ACTION_KINDS:
-        raise InvalidTransition(f"kind must be one of {', '.join(ACTION_KINDS)}")
-    if payload.priority and payload.priority not in ACTION_PRIORITIES:
-        raise InvalidTransition(f"priority must be one of {', '.join(ACTION_PRIORITIES)}")
-    if payload.tracker and not payload.tracker.startswith(("https://", "http://")):
-        raise InvalidTransition("tracker: the ticket's http(s) URL")
 
 
 def new_event(state: Incident | None, incident: str, payload: Payload, time: datetime,

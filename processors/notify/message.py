@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ingest.redact import redact_text
-from processors.incidents.model import Incident, IncidentEvent, fold
+from processors.incidents.model import Incident, IncidentEvent, fold, recovery_of
 from processors.notify.model import Decision, Subscription
 
 HEADLINES = {
@@ -66,11 +66,7 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
     kind = "first" if d.key == "first" else d.transition
     headline = HEADLINES.get(kind, kind).format(
         severity=inc.severity, klass=inc.klass, entity=scrub(inc.entity), owner=inc.owner)
-    failed = [j for j in jobs if j.role == "failed"]
-    recovery = "" if not failed else ("verified" if all(j.verified_at for j in failed) else
-                                      min((j.recovery for j in failed), key=[
-                                          "awaiting_restart", "restarted", "restored",
-                                          "progress_resumed", "verified"].index))
+    recovery = recovery_of(jobs)
     first_job = jobs[0] if jobs else None
     timeline = (f"{links.grafana}/d/jobtrail-job?var-project={quote(first_job.project)}"
                 f"&var-job={quote(first_job.job_id)}" if first_job else "")
