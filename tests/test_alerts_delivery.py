@@ -25,7 +25,14 @@ from tests.alerts_kit import Receiver, _verify, receiver, smtp_server
 
 T = datetime.now(UTC).replace(microsecond=0)
 """Delivery time: the wall clock, because receivers check `webhook-timestamp` against theirs
-(the library's window is 5 minutes)."""
+(the library's window is 5 minutes). Reset at the start of each test (`_wall_clock`): taken
+once at import, it was older than the window by the time a long suite reached these tests."""
+
+
+@pytest.fixture(autouse=True)
+def _wall_clock() -> None:
+    global T
+    T = datetime.now(UTC).replace(microsecond=0)
 
 
 def _load(store: Store, *names: str) -> None:
