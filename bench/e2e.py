@@ -66,7 +66,8 @@ def baseline(bootstrap: str, topic: str, home: Path, n: int) -> dict[str, Any]:
     """Consume with aiokafka, insert rows straight into `events`; commit after insert."""
     from aiokafka import AIOKafkaConsumer
 
-    from jobtrail.store import EVENT_COLUMNS, Store
+    from jobtrail.store import Store
+    from jobtrail.store_rows import EVENT_COLUMNS
     from schemas.events import parse_time
 
     store = Store.connect(f"chdb://{home / 'chdb'}")

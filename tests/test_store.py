@@ -6,7 +6,8 @@ import pytest
 from clickhouse_connect.driver.exceptions import OperationalError
 
 from jobtrail.runtime.sink import Sink
-from jobtrail.store import RetryPolicy, Store, StoreUnavailable, migrations
+from jobtrail.store import Store, migrations
+from jobtrail.store_retry import RetryPolicy, StoreUnavailable
 from processors.pipeline import Pipeline
 from schemas.events import Event, Source
 

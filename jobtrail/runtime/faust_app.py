@@ -36,7 +36,7 @@ from ingest.redact import clip
 from jobtrail.app import build_sink, open_store
 from jobtrail.config import Settings
 from jobtrail.kafka_io import batch_by_cluster
-from jobtrail.store import StoreUnavailable
+from jobtrail.store_retry import StoreUnavailable
 from processors.incidents.model import Command, IncidentEvent
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
