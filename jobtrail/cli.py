@@ -282,7 +282,8 @@ def entity(ctx: click.Context, name: str, projects: tuple[str, ...], since: str 
 @main.command()
 @click.pass_context
 def stats(ctx: click.Context) -> None:
-    """Row counts per table (FINAL and raw) and duplicate event ids, as JSON."""
+    """Row counts per table (FINAL and raw), duplicate event ids, and where each worker
+    shard's saved state stands, as JSON."""
     from jobtrail.app import open_store
 
     store = open_store(_settings(ctx))
@@ -291,6 +292,8 @@ def stats(ctx: click.Context) -> None:
         "final": {t: store.count(t) for t in tables},
         "raw": {t: store.count(t, final=False) for t in tables},
         "duplicate_event_ids": store.duplicate_ids(),
+        "worker_state": {f"{w['app_id']} {w['shard']}": dict(w["positions"])
+                         for w in store.worker_states()},
     }, sort_keys=True))
 
 
@@ -337,68 +340,17 @@ def schema_types() -> None:
         click.echo(f"{name:<22} {entry.source.value:<10} {entry.doc}")
 
 
-@main.group()
-def dev() -> None:
-    """Development helpers."""
-
-
-@dev.group()
-def kafka() -> None:
-    """A real single-node KRaft broker on 127.0.0.1 (jars from Maven Central)."""
-
-
-_BROKER_DIR = Path("var/kafka")
-
-
-@kafka.command("fetch")
-def kafka_fetch() -> None:
-    """Resolve the broker jars with Maven into the cache."""
-    from jobtrail.dev import kafka as broker
-
-    click.echo(str(broker.fetch()))
-
-
-@kafka.command("start")
-@click.option("--dir", "directory", type=click.Path(path_type=Path), default=_BROKER_DIR)
-def kafka_start(directory: Path) -> None:
-    """Start the broker; prints the bootstrap address (export it as JOBTRAIL_KAFKA)."""
-    from jobtrail.dev import kafka as broker
-
-    running = broker.load(directory)
-    if running and broker.alive(running):
-        click.echo(running.bootstrap)
-        return
-    click.echo(broker.start(directory).bootstrap)
-
-
-@kafka.command("stop")
-@click.option("--dir", "directory", type=click.Path(path_type=Path), default=_BROKER_DIR)
-def kafka_stop(directory: Path) -> None:
-    """Stop the broker started from DIR (by pid)."""
-    from jobtrail.dev import kafka as broker
-
-    running = broker.load(directory)
-    if running:
-        broker.stop(running)
-    click.echo("stopped")
-
-
-@kafka.command("status")
-@click.option("--dir", "directory", type=click.Path(path_type=Path), default=_BROKER_DIR)
-def kafka_status(directory: Path) -> None:
-    from jobtrail.dev import kafka as broker
-
-    running = broker.load(directory)
-    if running and broker.alive(running):
-        click.echo(f"running pid {running.pid} on {running.bootstrap}")
-    else:
-        click.echo("not running")
-        raise SystemExit(1)
-
-
 def _register() -> None:
-    from jobtrail import cli_alerts, cli_grafana, cli_incidents, cli_ingest, cli_postmortem
+    from jobtrail import (
+        cli_alerts,
+        cli_dev,
+        cli_grafana,
+        cli_incidents,
+        cli_ingest,
+        cli_postmortem,
+    )
 
+    main.add_command(cli_dev.dev)
     main.add_command(cli_ingest.ingest)
     main.add_command(cli_grafana.dashboards)
     main.add_command(cli_grafana.access)

@@ -1,7 +1,8 @@
 """Typed internal events: one `emit()` gives the log line and the counter.
 
-Metric names are stable and documented in docs/operations.md. Counters are process-local
-and exposed at `/metrics` by `jobtrail serve` in Prometheus text format.
+Metric names are stable and documented in docs/operations.md. Counters and gauges are
+process-local and exposed at `/metrics` by `jobtrail serve` (and by `jobtrail worker` when
+`JOBTRAIL_WORKER_PORT` is set) in Prometheus text format.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ METRICS = {
     "incident_commands": "Incident commands applied, by command",
 }
 
+GAUGES = {
+    "store_up": "1 while ClickHouse answers, 0 from its first failed try until it answers again",
+    "shards_held": "Input partitions whose processor state this worker holds",
+    "shard_position": "Last input offset inside a shard's state, by stream",
+}
+
 _counters: Counter[tuple[str, str]] = Counter()
+_gauges: dict[tuple[str, str], float] = {}
 _lock = Lock()
 
 
@@ -40,9 +48,23 @@ def emit(name: str, value: int = 1, **labels: str) -> None:
     log.debug("%s %s +%d", name, label, value)
 
 
+def gauge(name: str, value: float, **labels: str) -> None:
+    """Set a gauge (a value now, not a count)."""
+    if name not in GAUGES:
+        raise KeyError(f"undocumented gauge {name!r}")
+    label = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    with _lock:
+        _gauges[(name, label)] = value
+
+
 def snapshot() -> dict[tuple[str, str], int]:
     with _lock:
         return dict(_counters)
+
+
+def gauges() -> dict[tuple[str, str], float]:
+    with _lock:
+        return dict(_gauges)
 
 
 def prometheus() -> str:
@@ -53,4 +75,10 @@ def prometheus() -> str:
     for (name, label), value in sorted(snapshot().items()):
         lines.append(f"jobtrail_{name}_total{{{label}}} {value}" if label
                      else f"jobtrail_{name}_total {value}")
+    for name, doc in GAUGES.items():
+        lines.append(f"# HELP jobtrail_{name} {doc}")
+        lines.append(f"# TYPE jobtrail_{name} gauge")
+    for (name, label), number in sorted(gauges().items()):
+        text = f"{number:g}"
+        lines.append(f"jobtrail_{name}{{{label}}} {text}" if label else f"jobtrail_{name} {text}")
     return "\n".join(lines) + "\n"

@@ -25,13 +25,38 @@ def chdb_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("chdb")
 
 
-@pytest.fixture
-def store(chdb_path: Path) -> Iterator[Store]:
+def _fresh_store(dsn: str) -> Iterator[Store]:
     database = f"t_{uuid.uuid4().hex[:12]}"
-    s = Store.connect(f"chdb://{chdb_path}", database)
+    s = Store.connect(dsn, database)
     s.migrate()
     yield s
     s.client.command(f"DROP DATABASE IF EXISTS {database}")
+    s.close()
+
+
+@pytest.fixture
+def store(chdb_path: Path) -> Iterator[Store]:
+    yield from _fresh_store(f"chdb://{chdb_path}")
+
+
+@pytest.fixture(scope="session")
+def clickhouse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ClickHouse server on loopback (chDB behind the HTTP interface,
+    jobtrail.dev.clickhouse), for what several processes share and for the HTTP client path."""
+    from jobtrail.dev import clickhouse
+
+    server = clickhouse.start(tmp_path_factory.mktemp("clickhouse"))
+    yield server.dsn
+    clickhouse.stop(server)
+
+
+@pytest.fixture(params=["chdb", "http"])
+def backend_store(request: pytest.FixtureRequest, chdb_path: Path) -> Iterator[Store]:
+    """The store contract on both backends: the embedded engine through clickhouse-connect's
+    chDB client, and a server through its HTTP client."""
+    dsn = f"chdb://{chdb_path}" if request.param == "chdb" else \
+        request.getfixturevalue("clickhouse_server")
+    yield from _fresh_store(dsn)
 
 
 @pytest.fixture(scope="session")

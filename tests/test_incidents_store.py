@@ -18,6 +18,12 @@ from tests.scenarios.library import LIBRARY, check, library, load, wiring
 from tests.scenarios.library import run as run_story
 
 
+@pytest.fixture
+def store(backend_store: Store) -> Store:
+    """This module is the store contract: it runs on chDB and on a server."""
+    return backend_store
+
+
 def _runner(store: Store, home: Path, p: Pipeline | None = None) -> EmbeddedRunner:
     sink = Sink(store, p or pipeline())
     sink.restore()

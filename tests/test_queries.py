@@ -1,4 +1,4 @@
-"""Membership, fabric and data-path queries on the sample scenario (chDB)."""
+"""Membership, fabric and data-path queries on the sample scenario (chDB and a server)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,13 @@ from processors.topology import Topology
 from schemas.events import Event, Source
 from schemas.topology import TopologyFile
 from tests.conftest import OBSERVED
+
+
+@pytest.fixture
+def store(backend_store: Store) -> Store:
+    """This module is the store contract: it runs on chDB and on a server."""
+    return backend_store
+
 
 P = [sample.PROJECT]
 DURING_1 = sample.T0 + timedelta(minutes=30)

@@ -3,13 +3,20 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from clickhouse_connect.driver.exceptions import OperationalError
+from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store, migrations
-from jobtrail.store_retry import RetryPolicy, StoreUnavailable
+from jobtrail.store_retry import RetryPolicy, StoreRejected, StoreUnavailable
 from processors.pipeline import Pipeline
 from schemas.events import Event, Source
+
+
+@pytest.fixture
+def store(backend_store: Store) -> Store:
+    """This module is the store contract: it runs on chDB and on a server."""
+    return backend_store
+
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 
@@ -89,3 +96,34 @@ def test_retry_policy_backs_off_then_gives_up() -> None:
     with pytest.raises(StoreUnavailable, match="gave up after 5 tries"):
         policy.run(down, sleep=sleeps.append)
     assert sleeps == [0.1, 0.2, 0.3, 0.3]
+
+
+def test_a_refusal_is_not_retried_and_a_budget_bounds_an_outage() -> None:
+    sleeps: list[float] = []
+
+    def refused() -> str:
+        raise DatabaseError("Code: 62. DB::Exception: Syntax error", code=62)
+
+    with pytest.raises(StoreRejected, match="Syntax error"):
+        RetryPolicy().run(refused, sleep=sleeps.append)
+    assert sleeps == []  # a refusal is final: retrying it would only wedge the caller
+
+    def busy() -> str:
+        raise DatabaseError("Code: 252. DB::Exception: Too many parts", code=252)
+
+    now = {"t": 0.0}
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        now["t"] += s
+
+    with pytest.raises(StoreUnavailable):
+        RetryPolicy(first_delay_s=1, max_delay_s=10, budget_s=60).run(
+            busy, sleep=sleep, clock=lambda: now["t"])
+    # backs off to the cap and stops inside the budget, however many tries that takes
+    assert sleeps == [1, 2, 4, 8, 10, 10, 10, 10]
+
+
+def test_a_bad_statement_reaches_the_caller_at_once_on_both_backends(store: Store) -> None:
+    with pytest.raises(StoreRejected):
+        store.retry.run(lambda: store.client.query("SELECT no_such_column FROM events"))
