@@ -46,6 +46,12 @@ class Settings:
     topic_prefix: str = "jobtrail."
     partitions: int = 1
     app_id: str = "jobtrail-worker"
+    store_retry_s: float = 300.0
+    """How long the worker retries a ClickHouse that does not answer before it exits (without
+    committing) for its supervisor to restart it."""
+    session_timeout_s: float = 30.0
+    """How long the consumer group waits for a silent worker before its partitions move to
+    the others (Kafka's session timeout; heartbeats go every tenth of it)."""
     batch_size: int = 5000
     batch_seconds: float = 0.5
     wire_batch: int = 500
@@ -125,6 +131,8 @@ class Settings:
             topic_prefix=env.get("JOBTRAIL_TOPIC_PREFIX", "jobtrail."),
             partitions=_int(env, "JOBTRAIL_PARTITIONS", 1),
             app_id=env.get("JOBTRAIL_APP_ID") or "jobtrail-worker",
+            session_timeout_s=_float(env, "JOBTRAIL_SESSION_TIMEOUT_S", 30.0),
+            store_retry_s=_float(env, "JOBTRAIL_STORE_RETRY_S", 300.0),
             batch_size=_int(env, "JOBTRAIL_BATCH_SIZE", 5000),
             batch_seconds=_float(env, "JOBTRAIL_BATCH_SECONDS", 0.5),
             wire_batch=max(1, _int(env, "JOBTRAIL_WIRE_BATCH", 500)),

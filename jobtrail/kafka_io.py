@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from jobtrail.config import Settings
@@ -34,6 +35,18 @@ async def ensure_topics(settings: Settings) -> None:
         missing = [NewTopic(t, settings.partitions, 1) for t in wanted if t not in existing]
         if missing:
             await admin.create_topics(missing)
+    finally:
+        await admin.close()
+
+
+async def partition_counts(settings: Settings, names: Sequence[str]) -> dict[str, int]:
+    """How many partitions each of our topics has (by short name, e.g. "events")."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka)
+    await admin.start()
+    try:
+        described = await admin.describe_topics([settings.topic(n) for n in names])
+        by_topic = {d["topic"]: len(d.get("partitions") or ()) for d in described}
+        return {name: by_topic.get(settings.topic(name), 0) for name in names}
     finally:
         await admin.close()
 
@@ -66,11 +79,14 @@ class KafkaPublisher:
         if futures:
             await asyncio.gather(*futures)
 
-    async def publish_command(self, command: Command) -> None:
-        """A person's incident command on `jobtrail.incident-commands`, keyed by incident."""
+    async def publish_command(self, command: Command, cluster: str | None) -> None:
+        """A person's incident command on `jobtrail.incident-commands`, keyed like the events
+        of the incident's cluster: the same partition number, so it reaches the worker that
+        holds the incident (keyed by incident id when the cluster is not known)."""
+        key = cluster if cluster is not None else command.incident_id
         await (await self._producer.send(self.settings.topic("incident-commands"),
                                          command.model_dump_json().encode(),
-                                         key=command.incident_id.encode()))
+                                         key=key.encode()))
 
     async def ping(self) -> None:
         """A metadata round trip: raises when the broker does not answer."""
@@ -107,3 +123,81 @@ def publish_sync(settings: Settings, records: Sequence[Event | DeadLetter]) -> N
             await publisher.stop()
 
     asyncio.run(run())
+
+
+@dataclass(frozen=True)
+class Record:
+    """One Kafka message as the runtimes see it (no Faust or aiokafka types past the edge)."""
+
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+    timestamp: float = 0.0
+
+    @property
+    def where(self) -> str:
+        return f"{self.topic}/{self.partition}@{self.offset}"
+
+
+class PartitionReader:
+    """Reads a partition back for a shard's catch-up, and the group's committed offsets. Called
+    from a worker's store thread: each call runs its own short-lived event loop and clients."""
+
+    def __init__(self, bootstrap: str, group: str, timeout_s: float = 120.0) -> None:
+        self.bootstrap = bootstrap
+        self.group = group
+        self.timeout_s = timeout_s
+
+    def bounds(self, topic: str, partition: int) -> tuple[int | None, int, int]:
+        """(the group's committed offset — the next record it reads — or None, the earliest
+        offset still in the log, the end offset)."""
+
+        async def run() -> tuple[int | None, int, int]:
+            tp = TopicPartition(topic, partition)
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap,
+                                        enable_auto_commit=False)
+            await admin.start()
+            await consumer.start()
+            try:
+                earliest = (await consumer.beginning_offsets([tp]))[tp]
+                end = (await consumer.end_offsets([tp]))[tp]
+                offsets = await admin.list_consumer_group_offsets(self.group, partitions=[tp])
+                meta = offsets.get(tp)
+                committed = meta.offset if meta is not None and meta.offset >= 0 else None
+                return committed, earliest, end
+            finally:
+                await consumer.stop()
+                await admin.close()
+
+        return asyncio.run(asyncio.wait_for(run(), self.timeout_s))
+
+    def read(self, topic: str, partition: int, start: int, end: int) -> list[Record]:
+        """Every record with start <= offset < end (bounded by the timeout)."""
+        if start >= end:
+            return []
+
+        async def run() -> list[Record]:
+            tp = TopicPartition(topic, partition)
+            consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap,
+                                        enable_auto_commit=False, max_poll_records=5000)
+            await consumer.start()
+            try:
+                consumer.assign([tp])
+                consumer.seek(tp, start)
+                out: list[Record] = []
+                while not out or out[-1].offset < end - 1:
+                    batch = await consumer.getmany(tp, timeout_ms=1000)
+                    for message in batch.get(tp, []):
+                        if message.offset >= end:
+                            return out
+                        out.append(Record(topic, partition, message.offset,
+                                          message.value or b"", message.timestamp / 1000))
+                    if await consumer.position(tp) >= end:
+                        break
+                return out
+            finally:
+                await consumer.stop()
+
+        return asyncio.run(asyncio.wait_for(run(), self.timeout_s))

@@ -267,6 +267,34 @@ class Store:
                      DEAD_LETTER_COLUMNS, token)
         return len(fresh)
 
+    def save_state(self, app_id: str, shard: str, positions: dict[str, int], body: bytes,
+                   owner: str) -> None:
+        """A worker's processor state for one shard (newest `version` wins on read)."""
+        version = sum(max(0, offset + 1) for offset in positions.values())
+        self.retry.run(lambda: self.client.insert(
+            f"{self.database}.worker_state",
+            [[app_id, shard, version, datetime.now(UTC), owner, dict(positions), body]],
+            column_names=["app_id", "shard", "version", "saved_at", "owner", "positions",
+                          "body"]))
+
+    def load_state(self, app_id: str, shard: str) -> tuple[dict[str, int], bytes] | None:
+        """The newest saved state of one shard: (positions, body), or None."""
+        result = self.retry.run(lambda: self.client.query(
+            "SELECT positions, body FROM worker_state WHERE app_id = {app:String} "
+            "AND shard = {shard:String} ORDER BY version DESC, saved_at DESC LIMIT 1",
+            parameters={"app": app_id, "shard": shard}, column_formats={"body": "bytes"}))
+        if not result.result_rows:
+            return None
+        positions, body = result.result_rows[0]
+        return {str(k): int(v) for k, v in dict(positions).items()}, bytes(body)
+
+    def worker_states(self) -> list[dict[str, Any]]:
+        """Where each worker shard's saved state stands: app, shard, positions, owner, when."""
+        return self._dicts(
+            "SELECT app_id, shard, argMax(positions, version) AS positions, "
+            "argMax(owner, version) AS owner, max(saved_at) AS saved_at FROM worker_state "
+            "GROUP BY app_id, shard ORDER BY app_id, shard")
+
     # --- reads ----------------------------------------------------------------------------
 
     def _q(self, sql: str, **parameters: Any) -> Any:
@@ -423,6 +451,16 @@ class Store:
         for entry in out["log"]:
             entry["data"] = json.loads(entry["data"])
         return detail(out, projects)
+
+    def incident_cluster(self, incident_id: str) -> str | None:
+        """The cluster whose events an incident was decided from (commands are keyed by it),
+        or None when none of its events is stored."""
+        result = self._q(
+            "SELECT cluster FROM event_ids WHERE id IN (SELECT event_id FROM incident_evidence "
+            "WHERE incident_id = {id:String} UNION ALL SELECT JSONExtractString(data, "
+            "'first_event') FROM incident_log WHERE incident_id = {id:String} "
+            "AND kind = 'opened') ORDER BY cluster LIMIT 1", id=incident_id)
+        return str(result.result_rows[0][0]) if result.result_rows else None
 
     def dead_letters(self, limit: int = 1000) -> list[dict[str, Any]]:
         return self._dicts(

@@ -4,14 +4,13 @@
 `jobtrail.raw` carries payloads as sources sent them (`ingest/raw.py`); its agent runs the
 adapter and produces what it yields to `jobtrail.events` and `jobtrail.dlq`.
 
-An agent is a thin shell: take a batch, decode, hand it to the shared `Sink` (in a single
-worker thread, because the ClickHouse client is blocking), save the processors' state with
-the offsets it has consumed (`snapshot.py`, under `JOBTRAIL_HOME/worker/`), and only then let
-Faust ack the batch. Faust commits acked offsets every second, so after a SIGKILL it
-redelivers from the last commit: messages at or before the snapshot's offsets are already
-in the state and the store and are skipped; later ones are processed (the sink recognises a
-same-arrival replay by id). The restarted worker's state is therefore the uninterrupted
-one's, and so is its incident log.
+An agent is a thin shell: take a batch, split it by partition, and hand each part to the
+worker's `Shards` (`shards.py`: one processor state per partition, saved in the store and
+handed over on rebalance) on a single store thread, because the ClickHouse client is
+blocking; only then does Faust ack the batch. Faust commits acked offsets every second; a
+restarted or new owner of a partition loads its saved state and replays from Kafka what came
+between that state and the committed offset, so its state is the uninterrupted one's, and so
+is the incident log.
 
 Two Faust caveats shape this (see ../shared/notes/stack.md): agents keep `concurrency=1`
 (higher can commit past an in-flight message), and `take_events` acks its buffer in a
@@ -35,9 +34,10 @@ from ingest.raw import decode_raw, text_headers
 from ingest.redact import clip
 from jobtrail.app import build_sink, open_store
 from jobtrail.config import Settings
-from jobtrail.kafka_io import batch_by_cluster
-from jobtrail.store_retry import StoreUnavailable
-from processors.incidents.model import Command, IncidentEvent
+from jobtrail.kafka_io import PartitionReader, Record, batch_by_cluster
+from jobtrail.runtime.shards import Shards
+from jobtrail.store_retry import RetryPolicy, StoreUnavailable
+from processors.incidents.model import IncidentEvent
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 
@@ -46,15 +46,19 @@ log = logging.getLogger("jobtrail.worker")
 EXIT_STORE_UNAVAILABLE = 70
 
 
-def _token(events: list[Any]) -> str:
-    """Kafka offsets are unique per topic-partition: a retried batch gets the same token."""
-    first, last = events[0].message, events[-1].message
-    return f"{first.topic}-{first.partition}-{first.offset}-{last.offset}"
+def _records(batch: list[Any]) -> dict[int, list[Record]]:
+    """Faust events -> our records, by partition, each partition's in offset order."""
+    out: dict[int, list[Record]] = {}
+    for e in batch:
+        m = e.message
+        value = e.value if isinstance(e.value, bytes) else str(e.value).encode()
+        out.setdefault(m.partition, []).append(
+            Record(m.topic, m.partition, m.offset, value, m.timestamp or 0.0))
+    return out
 
 
 def create_app(settings: Settings) -> faust.App:
     from jobtrail.runtime.home import HomeLock
-    from jobtrail.runtime.snapshot import SnapshotFile, adopt
 
     HomeLock(settings.home).acquire(f"jobtrail worker ({settings.app_id})")
     state_dir = settings.home / "worker" / settings.app_id
@@ -71,6 +75,8 @@ def create_app(settings: Settings) -> faust.App:
         consumer_auto_offset_reset="earliest",
         broker_commit_interval=1.0,
         broker_max_poll_records=settings.batch_size,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=max(1.0, settings.session_timeout_s / 10),
         stream_buffer_maxsize=max(4096, settings.batch_size * 2),
         web_enabled=False,
         producer_acks=-1,
@@ -81,39 +87,24 @@ def create_app(settings: Settings) -> faust.App:
     commands_topic = app.topic(settings.topic("incident-commands"), value_serializer="raw")
     dlq_topic = app.topic(settings.topic("dlq"), value_serializer="raw")
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="clickhouse")
-    state: dict[str, Any] = {}
-    snapshots = SnapshotFile(state_dir / "pipeline.snap")
-    positions: dict[str, int] = {}
+    held: dict[str, Any] = {}
 
-    def sink() -> Any:
-        if "sink" not in state:
-            built = build_sink(settings, open_store(settings), restore=False)
-            loaded = snapshots.load()
-            if loaded is not None:
-                report = adopt(built, loaded)
-                positions.update(loaded.positions)
-            else:
-                report = f"{snapshots.problem}: {built.restore()}"
-            log.warning("worker state: %s", report)
-            state["sink"] = built
-        return state["sink"]
-
-    def fresh(batch: list[Any]) -> list[Any]:
-        """Drop messages the saved state already holds (redelivered after a restart)."""
-        return [e for e in batch if e.message.offset >
-                positions.get(f"{e.message.topic}/{e.message.partition}", -1)]
-
-    def checkpoint(batch: list[Any]) -> None:
-        """Runs on the ClickHouse thread after the batch is stored, before Faust acks it."""
-        for e in batch:
-            stream = f"{e.message.topic}/{e.message.partition}"
-            positions[stream] = max(positions.get(stream, -1), e.message.offset)
-        snapshots.save(sink().pipeline, positions)
-
-    def handle_and_checkpoint(batch: list[Any], events: list[Event],
-                              arrivals: list[str]) -> None:
-        sink().handle(events, (), _token(batch), publish, arrivals=arrivals)
-        checkpoint(batch)
+    def shards() -> Shards:
+        """Built on the store thread at first use (opening the store may take a while)."""
+        if "shards" not in held:
+            store = open_store(settings)
+            store.retry = RetryPolicy(budget_s=settings.store_retry_s)
+            if not settings.clickhouse_dsn and settings.partitions > 1:
+                log.warning("the store is this worker's own chDB under %s: every worker of "
+                            "the group must write to one ClickHouse server "
+                            "(JOBTRAIL_CLICKHOUSE)", settings.home)
+            held["shards"] = Shards(
+                app_id=settings.app_id, events_topic=settings.topic("events"),
+                commands_topic=settings.topic("incident-commands"), store=store,
+                make_sink=lambda: build_sink(settings, store, restore=False),
+                reader=PartitionReader(settings.kafka, settings.app_id),
+                snapshot_interval_s=settings.snapshot_interval_s)
+        return held["shards"]  # type: ignore[no-any-return]
 
     async def run(fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
@@ -127,8 +118,16 @@ def create_app(settings: Settings) -> faust.App:
             await fut
 
     def publish(events: list[IncidentEvent]) -> None:
-        """Called from the ClickHouse thread: block it until the broker acknowledged."""
+        """Called from the store thread: block it until the broker acknowledged."""
         asyncio.run_coroutine_threadsafe(send_incidents(events), loop_box["loop"]).result(120)
+
+    async def send_dead(letters: list[DeadLetter], key: bytes) -> None:
+        # the dlq agent is the one writer of dead_letters; wait for the broker to acknowledge
+        # before the batch that made them is acked
+        futures = [await dlq_topic.send(key=key, value=d.model_dump_json().encode())
+                   for d in letters]
+        for fut in futures:
+            await fut
 
     def fatal(exc: BaseException,
               what: str = "ClickHouse unavailable past the retry budget") -> None:
@@ -141,63 +140,53 @@ def create_app(settings: Settings) -> faust.App:
     @app.agent(events_topic, concurrency=1)  # type: ignore[untyped-decorator]
     async def process_events(stream: Any) -> None:
         loop_box["loop"] = asyncio.get_running_loop()
-        await run(sink)
+        await run(shards)
         # a message carries one event or many as JSON lines; batch by messages
         per_take = max(1, settings.batch_size // max(1, settings.wire_batch))
         async for taken in stream.take_events(per_take, within=settings.batch_seconds):
-            batch = fresh(list(taken))
-            if not batch:
-                continue
-            values, where = split_messages(batch)
             try:
-                events, dead, origin = await run(sink().decode, values, where)
-                if dead:
-                    # the dlq agent is the one writer of dead_letters; wait for the broker
-                    # to acknowledge before this batch is acked
-                    for letter in dead:
-                        fut = await dlq_topic.send(key=b"process",
-                                                   value=letter.model_dump_json().encode())
-                        await fut
-                await run(handle_and_checkpoint, batch, events,
-                          [where[i] for i in origin])
+                for partition, records in _records(list(taken)).items():
+                    dead = await run(shards().events, partition, records, publish)
+                    await send_dead(dead, b"process")
             except StoreUnavailable as exc:
                 fatal(exc)
-            except Exception as exc:  # publishing or saving the state failed: replay it
+            except Exception as exc:  # publishing or loading the state failed: replay it
                 fatal(exc, f"could not finish the batch ({type(exc).__name__})")
 
     @app.agent(commands_topic, concurrency=1)  # type: ignore[untyped-decorator]
     async def apply_commands(stream: Any) -> None:
-        # people's commands: the same book the detector decides with (one thread), logged to
-        # jobtrail.incident-events and ClickHouse; a refused command is a dead letter saying why
+        # people's commands: the shard's book the detector decides with (one thread), logged
+        # to jobtrail.incident-events and ClickHouse; a refused command is a dead letter
         loop_box["loop"] = asyncio.get_running_loop()
-        await run(sink)
+        await run(shards)
         async for taken in stream.take_events(100, within=settings.batch_seconds):
-            batch = fresh(list(taken))
-            for e in batch:
-                where = f"{e.message.topic}/{e.message.partition}@{e.message.offset}"
-                raw = e.value if isinstance(e.value, bytes) else str(e.value).encode()
-                reason = ""
-                try:
-                    command = Command.model_validate_json(raw)
-                    await run(sink().command, command, publish)
-                except ValueError as exc:  # InvalidTransition is a ValueError too
-                    reason = clip(str(exc), 500)
-                except StoreUnavailable as exc:
-                    fatal(exc)
-                if reason:
-                    letter = DeadLetter(
-                        id=DeadLetter.make_id("incident.command", raw.decode("utf-8", "replace"),
-                                              where),
-                        stage="incident.command", reason=reason,
-                        payload=clip(raw.decode("utf-8", "replace"), 10000), event_ref=where,
-                        received_at=_ts(e.message.timestamp or 0.0))
-                    await (await dlq_topic.send(key=b"commands",
-                                                value=letter.model_dump_json().encode()))
-            if batch:
-                try:
-                    await run(checkpoint, batch)
-                except StoreUnavailable as exc:
-                    fatal(exc)
+            try:
+                for partition, records in _records(list(taken)).items():
+                    refused = await run(shards().commands, partition, records, publish)
+                    await send_dead(refused, b"commands")
+            except StoreUnavailable as exc:
+                fatal(exc)
+            except Exception as exc:
+                fatal(exc, f"could not finish the commands ({type(exc).__name__})")
+
+    @app.on_partitions_revoked.connect  # type: ignore[untyped-decorator]
+    async def hand_over(sender: Any, revoked: set[Any], **_: Any) -> None:
+        # Faust calls this after the acked offsets are committed: save what goes away
+        ours = {settings.topic("events"), settings.topic("incident-commands")}
+        partitions = {tp.partition for tp in revoked if tp.topic in ours}
+        if partitions and "shards" in held:
+            try:
+                await run(shards().release, partitions)
+            except Exception as exc:  # the next owner replays from an older state instead
+                log.warning("could not save the state of partitions %s: %s", partitions, exc)
+
+    @app.on_before_shutdown.connect  # type: ignore[untyped-decorator]
+    async def save_all(sender: Any, **_: Any) -> None:
+        if "shards" in held:
+            try:
+                await run(shards().close)
+            except Exception as exc:
+                log.warning("could not save the state at shutdown: %s", exc)
 
     adapters = registry(settings.adapter_config())
 
@@ -227,7 +216,7 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.agent(dlq_topic, concurrency=1)  # type: ignore[untyped-decorator]
     async def store_dead_letters(stream: Any) -> None:
-        await run(sink)
+        await run(shards)
         async for batch in stream.take_events(1000, within=settings.batch_seconds):
             letters = []
             for e in batch:
@@ -240,27 +229,15 @@ def create_app(settings: Settings) -> faust.App:
                         stage="dlq.decode", reason=clip(f"not a dead letter: {exc}", 500),
                         payload=clip(repr(e.value), 10000), event_ref=f"dlq@{e.message.offset}",
                         received_at=_ts(e.message.timestamp or 0.0)))
+            records = [r for part in _records(list(batch)).values() for r in part]
             try:
-                await run(sink().store.write_dead_letters, letters, _token(list(batch)))
+                await run(shards().store.write_dead_letters, letters,
+                          f"{records[0].topic}-{records[0].partition}-{records[0].offset}-"
+                          f"{records[-1].offset}")
             except StoreUnavailable as exc:
                 fatal(exc)
 
     return app
-
-
-def split_messages(batch: list[Any]) -> tuple[list[bytes], list[str]]:
-    """JSON-lines message values -> one record per line, each with its arrival
-    `topic/partition@offset#line` (what the sink compares to recognise a replay)."""
-    values: list[bytes] = []
-    where_line: list[str] = []
-    for e in batch:
-        where = f"{e.message.topic}/{e.message.partition}@{e.message.offset}"
-        raw = e.value if isinstance(e.value, bytes) else str(e.value).encode()
-        lines = [line for line in raw.split(b"\n") if line.strip()] or [raw]
-        for number, line in enumerate(lines):
-            values.append(line)
-            where_line.append(f"{where}#{number}")
-    return values, where_line
 
 
 def _ts(seconds: float) -> Any:
@@ -271,9 +248,16 @@ def _ts(seconds: float) -> Any:
 
 def run_worker(settings: Settings, loglevel: str = "warning") -> None:
     """Run the worker until stopped (blocks); topics are created first."""
-    from jobtrail.kafka_io import ensure_topics
+    from jobtrail.kafka_io import ensure_topics, partition_counts
 
     asyncio.run(ensure_topics(settings))
+    counts = asyncio.run(partition_counts(settings, ("events", "incident-commands")))
+    if len(set(counts.values())) != 1:
+        # a command must reach the worker that holds its incident: Faust gives the same
+        # partition of both topics to one worker only when their counts are equal
+        raise SystemExit(f"{settings.topic('events')} and {settings.topic('incident-commands')} "
+                         f"must have the same number of partitions, found {counts}; add "
+                         "partitions to the smaller one (kafka-topics --alter)")
     asyncio.set_event_loop(asyncio.new_event_loop())
     app = create_app(settings)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)

@@ -74,7 +74,8 @@ class KafkaRuntime:
 
     def command(self, command: Command) -> list[IncidentEvent] | None:
         """Queued on jobtrail.incident-commands; the worker applies or dead-letters it."""
-        self._run(self.publisher().publish_command(redact_command(command)))
+        cluster = self.store.incident_cluster(command.incident_id)
+        self._run(self.publisher().publish_command(redact_command(command), cluster))
         return None
 
     def drain(self) -> BatchResult:

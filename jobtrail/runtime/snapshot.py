@@ -96,6 +96,30 @@ def adopt(sink: Sink, snapshot: Snapshot) -> str:
         if rebuilt is not None else "")
 
 
+def dumps(pipeline: Pipeline, positions: dict[str, int]) -> bytes:
+    """The state and its positions as bytes: a header (format, class fingerprint) and a
+    pickle."""
+    body = pickle.dumps(Snapshot(pipeline, dict(positions), pipeline.topology.origin),
+                        protocol=pickle.HIGHEST_PROTOCOL)
+    return _MAGIC + fingerprint().encode() + b"\n" + body
+
+
+def loads(data: bytes, where: str) -> tuple[Snapshot | None, str]:
+    """(the snapshot, "") or (None, why it cannot be used) for bytes `dumps` wrote."""
+    header, _, body = data.partition(b"\n")
+    if not header.startswith(_MAGIC):
+        return None, f"{where} is not a jobtrail snapshot"
+    if header[len(_MAGIC):].decode(errors="replace") != fingerprint():
+        return None, "the snapshot was written by a version with other state classes"
+    try:
+        snapshot = pickle.loads(body)  # noqa: S301 - our own bytes, written by dumps()
+    except Exception as exc:  # a truncated or foreign pickle: report and rebuild
+        return None, f"unreadable snapshot: {type(exc).__name__}: {exc}"
+    if not isinstance(snapshot, Snapshot):
+        return None, "unexpected snapshot content"
+    return snapshot, ""
+
+
 class SnapshotFile:
     """One snapshot file, replaced atomically (tmp, fsync, rename, fsync dir)."""
 
@@ -107,13 +131,10 @@ class SnapshotFile:
     def save(self, pipeline: Pipeline, positions: dict[str, int]) -> int:
         """Write the state; returns the size in bytes."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        body = pickle.dumps(Snapshot(pipeline, dict(positions), pipeline.topology.origin),
-                            protocol=pickle.HIGHEST_PROTOCOL)
-        header = _MAGIC + fingerprint().encode() + b"\n"
+        data = dumps(pipeline, positions)
         tmp = self.path.with_suffix(".tmp")
         with tmp.open("wb") as fh:
-            fh.write(header)
-            fh.write(body)
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, self.path)
@@ -122,7 +143,7 @@ class SnapshotFile:
             os.fsync(fd)
         finally:
             os.close(fd)
-        return len(header) + len(body)
+        return len(data)
 
     def load(self) -> Snapshot | None:
         self.problem = ""
@@ -134,21 +155,7 @@ class SnapshotFile:
         except OSError as exc:
             self.problem = f"cannot read {self.path}: {exc}"
             return None
-        header, _, body = data.partition(b"\n")
-        if not header.startswith(_MAGIC):
-            self.problem = f"{self.path} is not a jobtrail snapshot"
-            return None
-        if header[len(_MAGIC):].decode(errors="replace") != fingerprint():
-            self.problem = "the snapshot was written by a version with other state classes"
-            return None
-        try:
-            snapshot = pickle.loads(body)  # noqa: S301 - our own file, written by save()
-        except Exception as exc:  # a truncated or foreign pickle: report and rebuild
-            self.problem = f"unreadable snapshot: {type(exc).__name__}: {exc}"
-            return None
-        if not isinstance(snapshot, Snapshot):
-            self.problem = "unexpected snapshot content"
-            return None
+        snapshot, self.problem = loads(data, str(self.path))
         return snapshot
 
     def clear(self) -> None:

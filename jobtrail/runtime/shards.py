@@ -1,0 +1,241 @@
+"""Processor state per input partition, so partitions can move between workers.
+
+Events are keyed by cluster and incident commands by their incident's cluster, so everything
+the processors of one partition decide depends only on that partition of `jobtrail.events`
+and of `jobtrail.incident-commands` (Faust gives both to the same worker: it co-partitions
+topics with equal partition counts, which the worker checks at start). A worker holds one
+`Shard` — a `Sink` with its own `Pipeline` — per partition it owns.
+
+State moves between workers through the store (`worker_state`, newest version wins):
+- saved every `snapshot_interval_s`, after every batch of commands, and when Faust revokes the
+  partition (after it committed what was acked) or the worker stops;
+- loaded when a partition is first seen. The records between the saved position and the
+  group's committed offset (the previous owner wrote and committed them after its last save)
+  are read back from Kafka and replayed without writing. So the state is exactly the one an
+  uninterrupted run would hold, and the incident log is the same whoever ran what.
+
+Records at or before a shard's position are already inside its state (a redelivery after a
+crash) and are skipped. Commands never need replaying: a state is saved after each batch of
+them, before it is acknowledged, so replaying events alone keeps their order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ingest.redact import clip
+from jobtrail.kafka_io import PartitionReader, Record
+from jobtrail.runtime.sink import Sink
+from jobtrail.runtime.snapshot import adopt, dumps, loads
+from jobtrail.store import Store
+from processors.incidents.model import Command, IncidentEvent
+from schemas.dead_letters import DeadLetter
+
+log = logging.getLogger("jobtrail.worker")
+
+Publish = Callable[[list[IncidentEvent]], None]
+
+
+def owner_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def split_messages(records: Sequence[Record]) -> tuple[list[bytes], list[str]]:
+    """JSON-lines message values -> one value per line, each with its arrival
+    `topic/partition@offset#line` (what the sink compares to recognise a replay)."""
+    values: list[bytes] = []
+    where: list[str] = []
+    for record in records:
+        lines = [line for line in record.value.split(b"\n") if line.strip()] or [record.value]
+        for number, line in enumerate(lines):
+            values.append(line)
+            where.append(f"{record.where}#{number}")
+    return values, where
+
+
+def _token(records: Sequence[Record]) -> str:
+    """Kafka offsets are unique per topic-partition: a retried batch gets the same token."""
+    first, last = records[0], records[-1]
+    return f"{first.topic}-{first.partition}-{first.offset}-{last.offset}"
+
+
+@dataclass
+class Shard:
+    partition: int
+    sink: Sink
+    positions: dict[str, int] = field(default_factory=dict)
+    """Input stream (`topic/partition`) -> the last offset whose record is in the state."""
+    saved: dict[str, int] = field(default_factory=dict)
+    saved_at: float = 0.0
+    restored: str = ""
+
+    def position(self, stream: str) -> int:
+        return self.positions.get(stream, -1)
+
+
+class Shards:
+    """The shards a worker holds. Every method runs on the worker's one store thread."""
+
+    def __init__(self, *, app_id: str, events_topic: str, commands_topic: str, store: Store,
+                 make_sink: Callable[[], Sink], reader: PartitionReader,
+                 snapshot_interval_s: float = 10.0, owner: str = "") -> None:
+        self.app_id = app_id
+        self.events_topic = events_topic
+        self.commands_topic = commands_topic
+        self.store = store
+        self.make_sink = make_sink
+        self.reader = reader
+        self.snapshot_interval_s = snapshot_interval_s
+        self.owner = owner or owner_name()
+        self.held: dict[int, Shard] = {}
+
+    def _events_stream(self, partition: int) -> str:
+        return f"{self.events_topic}/{partition}"
+
+    def _commands_stream(self, partition: int) -> str:
+        return f"{self.commands_topic}/{partition}"
+
+    def _key(self, partition: int) -> str:
+        return self._events_stream(partition)
+
+    # --- holding ----------------------------------------------------------------------------
+
+    def shard(self, partition: int) -> Shard:
+        """The shard of `partition`, loaded and caught up the first time it is asked for."""
+        held = self.held.get(partition)
+        if held is None:
+            held = self.held[partition] = self._load(partition)
+        return held
+
+    def _load(self, partition: int) -> Shard:
+        started = time.monotonic()
+        sink = self.make_sink()
+        shard = Shard(partition, sink, saved_at=time.monotonic())
+        saved = self.store.load_state(self.app_id, self._key(partition))
+        problem = "no saved state"
+        if saved is not None:
+            snapshot, problem = loads(saved[1], f"the saved state of {self._key(partition)}")
+            if snapshot is not None:
+                adopt(sink, snapshot)
+                shard.positions = dict(snapshot.positions)
+                shard.saved = dict(snapshot.positions)
+        stream = self._events_stream(partition)
+        committed, earliest, _ = self.reader.bounds(self.events_topic, partition)
+        start = shard.position(stream) + 1
+        end = committed if committed is not None else earliest
+        state = "no saved state" if problem else f"state at offset {start - 1}"
+        if start < end and start < earliest:
+            # records the state lacks are no longer in Kafka: rebuild from the store instead
+            report = sink.restore()
+            shard.positions[stream] = end - 1
+            shard.restored = (f"{problem or state}; Kafka starts at {earliest}: {report} "
+                              "(approximate)")
+        else:
+            replayed = self._replay(shard, start, end)
+            shard.restored = f"{problem or state}; replayed {replayed} records up to {end}"
+        log.warning("partition %d: %s (%.1f s)", partition, shard.restored,
+                    time.monotonic() - started)
+        return shard
+
+    def _replay(self, shard: Shard, start: int, end: int) -> int:
+        """Records [start, end) of the shard's events partition, processed without writing:
+        they are stored already, the state has to catch up with them."""
+        if start >= end:
+            return 0
+        records = self.reader.read(self.events_topic, shard.partition, start, end)
+        for i in range(0, len(records), 2000):
+            self._process(shard, records[i:i + 2000], None, write=False)
+        return len(records)
+
+    def release(self, partitions: set[int]) -> None:
+        """Save and drop the shards of revoked partitions (the next owner loads them)."""
+        for partition in sorted(partitions):
+            shard = self.held.pop(partition, None)
+            if shard is not None:
+                self.save(shard)
+
+    def close(self) -> None:
+        self.release(set(self.held))
+
+    # --- input ------------------------------------------------------------------------------
+
+    def events(self, partition: int, records: Sequence[Record],
+               publish: Publish | None) -> list[DeadLetter]:
+        """Process and store one partition's batch; returns the decode dead letters, which
+        the caller produces to the DLQ before acknowledging the batch."""
+        shard = self.shard(partition)
+        stream = self._events_stream(partition)
+        fresh = [r for r in records if r.offset > shard.position(stream)]
+        if not fresh:
+            return []
+        if fresh[0].offset > shard.position(stream) + 1 and shard.position(stream) >= 0:
+            # a hole between the state and this batch (offsets skipped by a reset): catch up
+            self._replay(shard, shard.position(stream) + 1, fresh[0].offset)
+        dead = self._process(shard, fresh, publish, write=True)
+        self._maybe_save(shard)
+        return dead
+
+    def _process(self, shard: Shard, records: Sequence[Record], publish: Publish | None, *,
+                 write: bool) -> list[DeadLetter]:
+        values, where = split_messages(records)
+        events, dead, origin = shard.sink.decode(values, where)
+        shard.sink.handle(events, (), _token(records), publish,
+                          arrivals=[where[i] for i in origin], write=write)
+        stream = self._events_stream(shard.partition)
+        shard.positions[stream] = max(shard.position(stream), records[-1].offset)
+        return dead
+
+    def commands(self, partition: int, records: Sequence[Record],
+                 publish: Publish | None) -> list[DeadLetter]:
+        """People's commands for incidents this partition holds; a refused one is a dead
+        letter saying why. The state is saved before the caller acknowledges them."""
+        shard = self.shard(partition)
+        stream = self._commands_stream(partition)
+        letters: list[DeadLetter] = []
+        for record in records:
+            if record.offset <= shard.position(stream):
+                continue
+            try:
+                command = Command.model_validate_json(record.value)
+                shard.sink.command(command, publish)
+            except ValueError as exc:  # InvalidTransition is a ValueError too
+                text = record.value.decode("utf-8", "replace")
+                letters.append(DeadLetter(
+                    id=DeadLetter.make_id("incident.command", text, record.where),
+                    stage="incident.command", reason=clip(str(exc), 500),
+                    payload=clip(text, 10000), event_ref=record.where,
+                    received_at=datetime.fromtimestamp(record.timestamp, tz=UTC)))
+            shard.positions[stream] = record.offset
+        if shard.positions != shard.saved:
+            self.save(shard)
+        return letters
+
+    # --- saving -----------------------------------------------------------------------------
+
+    def _maybe_save(self, shard: Shard) -> None:
+        if time.monotonic() - shard.saved_at >= self.snapshot_interval_s:
+            self.save(shard)
+
+    def save(self, shard: Shard) -> None:
+        if shard.positions == shard.saved:
+            shard.saved_at = time.monotonic()
+            return
+        positions = dict(shard.positions)
+        body = dumps(shard.sink.pipeline, positions)
+        self.store.save_state(self.app_id, self._key(shard.partition), positions, body,
+                              self.owner)
+        shard.saved = positions
+        shard.saved_at = time.monotonic()
+        log.info("partition %d: state saved at %s (%d bytes)", shard.partition, positions,
+                 len(body))
+
+    def describe(self) -> dict[str, object]:
+        """What this worker holds, for `/healthz`."""
+        return {str(p): {"positions": dict(s.positions), "restored": s.restored}
+                for p, s in sorted(self.held.items())}
