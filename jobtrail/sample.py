@@ -171,37 +171,39 @@ def jsonl() -> str:
 
 
 def synthetic(n_events: int, *, jobs: int = 50, nodes_per_job: int = 8,
-              project: str = "bench") -> list[dict[str, Any]]:
+              project: str = "bench", cluster: str = CLUSTER) -> list[dict[str, Any]]:
     """`n_events` canonical records for load: job starts, progress and node events.
 
     Every job starts first; then steps (80 %), node ECC events on the job's nodes (10 %) and
     NCCL timeouts (10 %), round-robin over jobs, one second apart per job. Ids are given,
-    so benchmarks and crash tests can count exactly.
+    so benchmarks and crash tests can count exactly. Another `cluster` gets its own ids, job
+    and node names (prefixed with it), so several clusters' loads never share an entity.
     """
+    p = "" if cluster == CLUSTER else f"{cluster}-"
     out: list[dict[str, Any]] = []
     for j in range(jobs):
-        nodes = [f"node-{j * nodes_per_job + k:04d}" for k in range(nodes_per_job)]
-        out.append({"id": f"syn-start-{j}", "type": "job.started", "time": _iso(T0),
-                    "project": project, "cluster": CLUSTER, "job_id": f"syn-job-{j}",
+        nodes = [f"{p}node-{j * nodes_per_job + k:04d}" for k in range(nodes_per_job)]
+        out.append({"id": f"{p}syn-start-{j}", "type": "job.started", "time": _iso(T0),
+                    "project": project, "cluster": cluster, "job_id": f"{p}syn-job-{j}",
                     "attempt": 1, "attributes": {"nodes": nodes, "gpus": 8 * nodes_per_job}})
     i = 0
     while len(out) < n_events:
         j = i % jobs
         t = _iso(T0 + timedelta(seconds=1 + i // jobs))
         kind = i % 10
-        base = {"id": f"syn-{i}", "time": t, "cluster": CLUSTER}
+        base = {"id": f"{p}syn-{i}", "time": t, "cluster": cluster}
         if kind == 8:
-            node = f"node-{j * nodes_per_job + (i // jobs) % nodes_per_job:04d}"
+            node = f"{p}node-{j * nodes_per_job + (i // jobs) % nodes_per_job:04d}"
             out.append({**base, "type": "node.ecc", "scope": "gpu", "entity": f"{node}/gpu0",
                         "node": node, "attributes": {"gpu": "0", "kind": "sbe", "count": 1}})
         elif kind == 9:
             out.append({**base, "type": "comm.nccl_timeout", "project": project,
-                        "job_id": f"syn-job-{j}", "attempt": 1, "severity": "error",
+                        "job_id": f"{p}syn-job-{j}", "attempt": 1, "severity": "error",
                         "message": "Watchdog caught collective operation timeout",
                         "attributes": {"rank": i % 64, "seq_num": i}})
         else:
             out.append({**base, "type": "job.step", "project": project,
-                        "job_id": f"syn-job-{j}", "attempt": 1,
+                        "job_id": f"{p}syn-job-{j}", "attempt": 1,
                         "attributes": {"step": i, "step_time_s": 1.1}})
         i += 1
     return out[:n_events]

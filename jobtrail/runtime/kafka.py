@@ -9,6 +9,7 @@ acknowledged every record (acks=all).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
@@ -23,6 +24,8 @@ from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 
 T = TypeVar("T")
+
+log = logging.getLogger("jobtrail.kafka")
 
 
 class KafkaRuntime:
@@ -74,7 +77,11 @@ class KafkaRuntime:
 
     def command(self, command: Command) -> list[IncidentEvent] | None:
         """Queued on jobtrail.incident-commands; the worker applies or dead-letters it."""
-        cluster = self.store.incident_cluster(command.incident_id)
+        try:
+            cluster = self.store.incident_cluster(command.incident_id)
+        except Exception as exc:  # keyed by incident id then; a misrouted one is refused
+            log.warning("could not look up the cluster of %s: %s", command.incident_id, exc)
+            cluster = None
         self._run(self.publisher().publish_command(redact_command(command), cluster))
         return None
 

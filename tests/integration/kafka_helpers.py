@@ -32,6 +32,13 @@ def produce_raw(bootstrap: str, topic: str, values: list[bytes], key: bytes = b"
     asyncio.run(run())
 
 
+async def _partitions(admin: AIOKafkaAdminClient, topics: list[str]) -> list[TopicPartition]:
+    """Every partition of `topics` (a consumer's cached metadata may not know them yet)."""
+    described = await admin.describe_topics(topics)
+    return [TopicPartition(d["topic"], p["partition"]) for d in described
+            for p in d.get("partitions") or []]
+
+
 def lag(bootstrap: str, group: str, topics: list[str]) -> tuple[int, int]:
     """(committed, end) summed over the topics' partitions."""
 
@@ -41,8 +48,7 @@ def lag(bootstrap: str, group: str, topics: list[str]) -> tuple[int, int]:
         await admin.start()
         await consumer.start()
         try:
-            parts = [TopicPartition(t, p) for t in topics
-                     for p in (consumer.partitions_for_topic(t) or {0})]
+            parts = await _partitions(admin, topics)
             ends = await consumer.end_offsets(parts)
             try:
                 committed = await admin.list_consumer_group_offsets(group)
@@ -68,7 +74,7 @@ class Worker:
                     "JOBTRAIL_APP_ID": app_id, "JOBTRAIL_BATCH_SIZE": str(batch_size),
                     "JOBTRAIL_BATCH_SECONDS": "0.3"}
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log = home.parent / f"{app_id}.log"
+        self.log = home.parent / f"{app_id}-{home.name}.log"
 
     def start(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -114,10 +120,12 @@ def consume_all(bootstrap: str, topics: list[str]) -> dict[str, list[tuple[int, 
 
     async def run() -> dict[str, list[tuple[int, int, bytes]]]:
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
         await consumer.start()
         try:
-            parts = [TopicPartition(t, p) for t in topics
-                     for p in (consumer.partitions_for_topic(t) or {0})]
+            parts = await _partitions(admin, topics)
+            await admin.close()
             consumer.assign(parts)
             await consumer.seek_to_beginning(*parts)
             ends = await consumer.end_offsets(parts)
