@@ -23,7 +23,8 @@ def open_store(settings: Settings) -> Store:
         from jobtrail.runtime.home import HomeLock
 
         HomeLock(settings.home).acquire()
-    store = Store.connect(settings.dsn, settings.database)
+    store = Store.connect(settings.dsn, settings.database,
+                          timeout_s=settings.clickhouse_timeout_s)
     store.migrate()
     return store
 

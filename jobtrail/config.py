@@ -41,6 +41,10 @@ class Settings:
     clickhouse_dsn: str = ""
     """Empty means the embedded engine under `home/chdb`."""
     database: str = "jobtrail"
+    clickhouse_timeout_s: float = 60.0
+    """How long one request to a ClickHouse server may take before the client gives up and
+    retries it (inserts carry deduplication tokens, so a retried insert that had landed is a
+    no-op). A worker wants it short: a store that hangs is then seen as down and backed off."""
     kafka: str = ""
     """Bootstrap servers; empty means embedded mode."""
     topic_prefix: str = "jobtrail."
@@ -50,6 +54,8 @@ class Settings:
     """How long the worker retries a ClickHouse that does not answer before it exits (without
     committing) for its supervisor to restart it."""
     session_timeout_s: float = 30.0
+    worker_port: int = 0
+    """Where `jobtrail worker` serves /livez, /healthz and /metrics (on `http_host`); 0: not."""
     """How long the consumer group waits for a silent worker before its partitions move to
     the others (Kafka's session timeout; heartbeats go every tenth of it)."""
     batch_size: int = 5000
@@ -127,12 +133,14 @@ class Settings:
             home=Path(env.get("JOBTRAIL_HOME") or "var"),
             clickhouse_dsn=env.get("JOBTRAIL_CLICKHOUSE", ""),
             database=env.get("JOBTRAIL_DATABASE") or "jobtrail",
+            clickhouse_timeout_s=_float(env, "JOBTRAIL_CLICKHOUSE_TIMEOUT_S", 60.0),
             kafka=env.get("JOBTRAIL_KAFKA", ""),
             topic_prefix=env.get("JOBTRAIL_TOPIC_PREFIX", "jobtrail."),
             partitions=_int(env, "JOBTRAIL_PARTITIONS", 1),
             app_id=env.get("JOBTRAIL_APP_ID") or "jobtrail-worker",
             session_timeout_s=_float(env, "JOBTRAIL_SESSION_TIMEOUT_S", 30.0),
             store_retry_s=_float(env, "JOBTRAIL_STORE_RETRY_S", 300.0),
+            worker_port=_int(env, "JOBTRAIL_WORKER_PORT", 0),
             batch_size=_int(env, "JOBTRAIL_BATCH_SIZE", 5000),
             batch_seconds=_float(env, "JOBTRAIL_BATCH_SECONDS", 0.5),
             wire_batch=max(1, _int(env, "JOBTRAIL_WIRE_BATCH", 500)),

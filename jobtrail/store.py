@@ -78,17 +78,21 @@ class Store:
 
     @classmethod
     def connect(cls, dsn: str, database: str = "jobtrail",
-                retry: RetryPolicy | None = None) -> Store:
+                retry: RetryPolicy | None = None, *, timeout_s: float = 60.0) -> Store:
+        """`timeout_s` bounds one request to a server (not the embedded engine)."""
         if not _IDENT.match(database):
             raise ValueError(f"database name {database!r} is not a plain identifier")
-        bootstrap = clickhouse_connect.get_client(dsn=dsn)
-        # identifiers cannot be bound as parameters; the name is validated above
-        bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {database}")
         if dsn.startswith("chdb:"):
-            client = bootstrap
+            client = clickhouse_connect.get_client(dsn=dsn)
+            # identifiers cannot be bound as parameters; the name is validated above
+            client.command(f"CREATE DATABASE IF NOT EXISTS {database}")
             client.database = database
         else:
-            client = clickhouse_connect.get_client(dsn=dsn, database=database)
+            bootstrap = clickhouse_connect.get_client(dsn=dsn, send_receive_timeout=timeout_s)
+            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+            bootstrap.close()
+            client = clickhouse_connect.get_client(dsn=dsn, database=database,
+                                                   send_receive_timeout=timeout_s)
         return cls(client, database, retry)
 
     # --- schema ---------------------------------------------------------------------------

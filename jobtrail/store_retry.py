@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from clickhouse_connect.driver.exceptions import (
@@ -38,6 +38,26 @@ TRANSIENT_CODES = frozenset({
     999,   # KEEPER_EXCEPTION
     1000,  # POCO_EXCEPTION: usually the network
 })
+
+
+@dataclass
+class StoreStatus:
+    """What this process last saw of ClickHouse (for probes; updated by every retried call)."""
+
+    up: bool = True
+    since: float = field(default_factory=time.time)
+    """Wall time of the last change between up and down."""
+    error: str = ""
+
+    def mark(self, up: bool, error: str = "") -> None:
+        if up != self.up:
+            self.up, self.since = up, time.time()
+        gauge("store_up", 1 if up else 0)
+        if not up:
+            self.error = error[:300]
+
+
+STATUS = StoreStatus()
 
 
 class StoreUnavailable(RuntimeError):
@@ -81,9 +101,9 @@ class RetryPolicy:
                 result = action()
             except (ClickHouseError, OSError) as exc:
                 if not transient(exc):
-                    gauge("store_up", 1)  # it answered, with a refusal
+                    STATUS.mark(True)  # it answered, with a refusal
                     raise StoreRejected(f"ClickHouse refused it: {exc}") from exc
-                gauge("store_up", 0)
+                STATUS.mark(False, f"{type(exc).__name__}: {exc}")
                 out_of_budget = clock() + delay > deadline if deadline is not None \
                     else attempt >= self.attempts
                 if out_of_budget:
@@ -92,5 +112,5 @@ class RetryPolicy:
                 sleep(delay)
                 delay = min(delay * 2, self.max_delay_s)
                 continue
-            gauge("store_up", 1)
+            STATUS.mark(True)
             return result

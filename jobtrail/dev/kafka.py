@@ -176,7 +176,14 @@ def start(directory: Path, *, cache: Path | None = None, version: str = KAFKA_VE
         capture_output=True, text=True, timeout=120, check=False)
     if fmt.returncode != 0:
         raise BrokerError(f"StorageTool format failed: {fmt.stderr[-2000:]}")
-    out = (directory / "stdout.log").open("wb")
+    return _launch(libs, directory, port, cport, timeout_s)
+
+
+def _launch(libs: Path, directory: Path, port: int, cport: int, timeout_s: float) -> Broker:
+    """Run `kafka.Kafka` on the formatted `directory` and wait until it answers."""
+    props = directory / "server.properties"
+    log_config = directory / "log4j.properties"
+    out = (directory / "stdout.log").open("ab")
     proc = subprocess.Popen(
         _java(libs, "kafka.Kafka", str(props), log_config=log_config),
         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -191,6 +198,17 @@ def start(directory: Path, *, cache: Path | None = None, version: str = KAFKA_VE
         time.sleep(0.5)
     stop(broker)
     raise BrokerError(f"broker not ready within {timeout_s:.0f} s; see {directory}")
+
+
+def restart(broker: Broker, *, down_s: float = 0.0, sig: int = signal.SIGTERM,
+            cache: Path | None = None, version: str = KAFKA_VERSION,
+            timeout_s: float = 90.0) -> Broker:
+    """Stop the broker (SIGTERM: a clean shutdown; SIGKILL: a crash), stay down `down_s`,
+    and start it again on the same ports and log dirs: what its clients see of a restart."""
+    stop(broker, sig=sig)
+    time.sleep(down_s)
+    return _launch(fetch(cache, version), broker.directory, broker.port,
+                   broker.controller_port, timeout_s)
 
 
 def load(directory: Path) -> Broker | None:
@@ -210,11 +228,11 @@ def alive(broker: Broker) -> bool:
     return True
 
 
-def stop(broker: Broker, timeout_s: float = 30.0) -> None:
-    """SIGTERM, then SIGKILL after `timeout_s`; bounded either way."""
+def stop(broker: Broker, timeout_s: float = 30.0, *, sig: int = signal.SIGTERM) -> None:
+    """`sig` (SIGTERM), then SIGKILL after `timeout_s`; bounded either way."""
     if not alive(broker):
         return
-    os.killpg(broker.pid, signal.SIGTERM)
+    os.killpg(broker.pid, sig)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

@@ -188,6 +188,15 @@ def create_app(settings: Settings) -> faust.App:
             except Exception as exc:
                 log.warning("could not save the state at shutdown: %s", exc)
 
+    @app.task  # type: ignore[untyped-decorator]
+    async def probes() -> None:
+        if settings.worker_port:
+            from jobtrail.runtime import worker_http
+
+            held["probes"] = await worker_http.serve(
+                settings.http_host, settings.worker_port,
+                lambda: shards().describe() if "shards" in held else {})
+
     adapters = registry(settings.adapter_config())
 
     @app.agent(raw_topic, concurrency=1)  # type: ignore[untyped-decorator]

@@ -34,6 +34,7 @@ from jobtrail.kafka_io import PartitionReader, Record
 from jobtrail.runtime.sink import Sink
 from jobtrail.runtime.snapshot import adopt, dumps, loads
 from jobtrail.store import Store
+from jobtrail.telemetry import gauge
 from processors.incidents.model import Command, IncidentEvent
 from schemas.dead_letters import DeadLetter
 
@@ -111,6 +112,7 @@ class Shards:
         held = self.held.get(partition)
         if held is None:
             held = self.held[partition] = self._load(partition)
+            gauge("shards_held", len(self.held))
         return held
 
     def _load(self, partition: int) -> Shard:
@@ -159,6 +161,7 @@ class Shards:
             shard = self.held.pop(partition, None)
             if shard is not None:
                 self.save(shard)
+        gauge("shards_held", len(self.held))
 
     def close(self) -> None:
         self.release(set(self.held))
@@ -189,6 +192,7 @@ class Shards:
                           arrivals=[where[i] for i in origin], write=write)
         stream = self._events_stream(shard.partition)
         shard.positions[stream] = max(shard.position(stream), records[-1].offset)
+        gauge("shard_position", shard.positions[stream], stream=stream)
         return dead
 
     def commands(self, partition: int, records: Sequence[Record],
@@ -236,6 +240,8 @@ class Shards:
                  len(body))
 
     def describe(self) -> dict[str, object]:
-        """What this worker holds, for `/healthz`."""
+        """What this worker holds, for `/healthz` (called from the event loop while the store
+        thread works: copies first)."""
+        held = dict(self.held)
         return {str(p): {"positions": dict(s.positions), "restored": s.restored}
-                for p, s in sorted(self.held.items())}
+                for p, s in sorted(held.items())}
