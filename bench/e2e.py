@@ -1,14 +1,19 @@
-"""End-to-end throughput: Kafka -> jobtrail worker -> ClickHouse, against a raw baseline.
+"""End-to-end throughput: Kafka -> jobtrail worker -> ClickHouse, against raw baselines.
 
 In one run, on one real broker and the same topic contents:
 - baseline: a plain aiokafka consumer that json-decodes each record and inserts it into the
   same `events` table (no validation, no dedup, no processors);
-- worker: `jobtrail worker` (Faust, full decode/dedup/attempts/timeline path);
+- worker: `jobtrail worker` (Faust, full decode/dedup/attempts/timeline/incident path), with
+  the messages signed by the wire key as jobtrail ingest signs them (`--unsigned`: every
+  record validated and redacted again, as for a producer without the key);
+- raw chDB: the same canonical rows inserted into `events` through the embedded engine
+  (JSONEachRow, batches of the worker's size): the embedded runtime's baseline;
 - embedded: the embedded runner draining the same records from its file log into chDB.
 Each runs in its own process (chDB allows one engine per process). Printed: events/s of each
-and the ratio worker / baseline, the figure to compare across machines.
+and the ratios worker / baseline and embedded / raw chDB, the figures to compare across
+machines.
 
-    python -m bench.e2e --events 200000
+    python -m bench.e2e --events 100000
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -41,8 +47,10 @@ def _records(n: int, wire_batch: int) -> list[bytes]:
     return [value for _, value in batch_by_cluster(events, wire_batch)]
 
 
-def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
+def _produce(bootstrap: str, topic: str, values: list[bytes], key: bytes = b"") -> None:
     from aiokafka import AIOKafkaProducer
+
+    from jobtrail.kafka_io import sign
 
     async def run() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20,
@@ -51,7 +59,8 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
         try:
             batch = []
             for value in values:
-                batch.append(await producer.send(topic, value, key=b"cluster-a"))
+                batch.append(await producer.send(topic, value, key=b"cluster-a",
+                                                 headers=sign(key, value)))
                 if len(batch) >= 10_000:
                     await asyncio.gather(*batch)
                     batch = []
@@ -124,13 +133,37 @@ def embedded(home: Path, n: int) -> dict[str, Any]:
     return {"events": result.stored, "seconds": time.monotonic() - started}
 
 
-def _worker(bootstrap: str, prefix: str, home: Path, wire_batch: int) -> dict[str, Any]:
+def raw_chdb(home: Path, n: int, batch: int = 5000) -> dict[str, Any]:
+    """The embedded baseline: the same canonical rows straight into `events` (chDB)."""
+    from ingest.canonical import decode
+    from jobtrail import sample
+    from jobtrail.store import Store
+    from schemas.events import Event
+
+    store = Store.connect(f"chdb://{home / 'chdb'}")
+    store.migrate()
+    text = "\n".join(json.dumps(r) for r in sample.synthetic(n))
+    lines = [e.to_json().encode() for e in decode(text, producer="bench",
+                                                  observed_at=datetime.now(UTC))
+             if isinstance(e, Event)]
+    started = time.monotonic()
+    for i in range(0, len(lines), batch):
+        store.client.raw_insert("events", insert_block=b"\n".join(lines[i:i + batch]),
+                                fmt="JSONEachRow",
+                                settings={"input_format_json_read_objects_as_strings": 1,
+                                          "date_time_input_format": "best_effort"})
+    return {"events": len(lines), "seconds": time.monotonic() - started}
+
+
+def _worker(bootstrap: str, prefix: str, home: Path, wire_batch: int,
+            key: bytes) -> dict[str, Any]:
     """Offsets count messages; the caller converts them to events."""
     from tests.integration.kafka_helpers import Worker, lag
 
     app_id = "bench-worker"
     worker = Worker(bootstrap, home, prefix, app_id, batch_size=5000)
     worker.env["JOBTRAIL_WIRE_BATCH"] = str(wire_batch)
+    worker.env["JOBTRAIL_WIRE_KEY"] = key.decode()
     worker.start()
     topic = f"{prefix}events"
     first_t: float | None = None
@@ -167,6 +200,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--wire-batch", type=int, default=500,
                         help="events per Kafka message, as JOBTRAIL_WIRE_BATCH")
+    parser.add_argument("--unsigned", action="store_true",
+                        help="produce without the wire key: the worker validates every record")
     parser.add_argument("--child", default=None)
     parser.add_argument("args", nargs="*")
     opts = parser.parse_args()
@@ -177,6 +212,9 @@ def main() -> None:
     if opts.child == "embedded":
         print(json.dumps(embedded(Path(opts.args[0]), opts.events)))
         return
+    if opts.child == "raw-chdb":
+        print(json.dumps(raw_chdb(Path(opts.args[0]), opts.events)))
+        return
 
     from jobtrail.dev import kafka
 
@@ -185,22 +223,28 @@ def main() -> None:
     try:
         prefix = "bench."
         values = _records(opts.events, opts.wire_batch)
+        key = b"" if opts.unsigned else secrets.token_hex(16).encode()
         t = time.monotonic()
-        _produce(broker.bootstrap, f"{prefix}events", values)
+        _produce(broker.bootstrap, f"{prefix}events", values, key)
         print(f"produced {opts.events} events in {len(values)} messages in "
               f"{time.monotonic() - t:.1f} s", flush=True)
         base = _child("baseline", "--events", str(opts.events), broker.bootstrap,
                       f"{prefix}events", str(work / "baseline"))
-        worker = _worker(broker.bootstrap, prefix, work / "worker", opts.wire_batch)
+        worker = _worker(broker.bootstrap, prefix, work / "worker", opts.wire_batch, key)
         worker["events"] = worker["events"] * opts.events // max(1, worker["total"])
+        raw = _child("raw-chdb", "--events", str(opts.events), str(work / "raw-chdb"))
         emb = _child("embedded", "--events", str(opts.events), str(work / "embedded"))
     finally:
         kafka.stop(broker)
     rate = {k: v["events"] / v["seconds"] for k, v in
-            (("baseline", base), ("worker", worker), ("embedded", emb))}
-    print(json.dumps({"events": opts.events, "messages": len(values), "cores": os.cpu_count(), **{
-        f"{k}_events_per_s": round(v) for k, v in rate.items()},
-        "ratio_worker_to_baseline": round(rate["worker"] / rate["baseline"], 3)}, indent=2))
+            (("baseline", base), ("worker", worker), ("raw_chdb", raw), ("embedded", emb))}
+    print(json.dumps({
+        "events": opts.events, "messages": len(values), "cores": os.cpu_count(),
+        "signed": not opts.unsigned,
+        **{f"{k}_events_per_s": round(v) for k, v in rate.items()},
+        "ratio_worker_to_baseline": round(rate["worker"] / rate["baseline"], 3),
+        "ratio_embedded_to_raw_chdb": round(rate["embedded"] / rate["raw_chdb"], 3)},
+        indent=2))
 
 
 if __name__ == "__main__":

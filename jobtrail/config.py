@@ -62,6 +62,11 @@ class Settings:
     batch_seconds: float = 0.5
     wire_batch: int = 500
     """Events per Kafka message on jobtrail.events (1 = one event per message)."""
+    wire_key: bytes = field(default=b"", repr=False)
+    """A secret shared by ingest and the workers (`JOBTRAIL_WIRE_KEY`): ingest signs what it
+    produces to jobtrail.events (HMAC-SHA256, header `jobtrail-sig`), and a worker takes a
+    signed message as already validated and redacted (the fast path). Without it, or for a
+    message without a valid signature, the worker validates and redacts every record again."""
     attribution_slack_s: float = 30.0
     lateness_s: float = 600.0
     """How far behind the newest event time an event may arrive and still be attributed to
@@ -144,6 +149,7 @@ class Settings:
             batch_size=_int(env, "JOBTRAIL_BATCH_SIZE", 5000),
             batch_seconds=_float(env, "JOBTRAIL_BATCH_SECONDS", 0.5),
             wire_batch=max(1, _int(env, "JOBTRAIL_WIRE_BATCH", 500)),
+            wire_key=(env.get("JOBTRAIL_WIRE_KEY") or "").encode(),
             attribution_slack_s=_float(env, "JOBTRAIL_ATTRIBUTION_SLACK_S", 30.0),
             lateness_s=_float(env, "JOBTRAIL_LATENESS_S", 600.0),
             topology_file=Path(env["JOBTRAIL_TOPOLOGY"]) if env.get("JOBTRAIL_TOPOLOGY") else None,

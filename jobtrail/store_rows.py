@@ -36,16 +36,20 @@ def _utc(value: datetime | None) -> datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+TIMELINE_COLUMNS = [
+    "project", "job_id", "attempt", "time", "event_id", "cluster", "source", "type",
+    "severity", "relation", "entity", "link_path", "scope", "node", "message", "attributes",
+]
+
+
 def timeline_json(r: TimelineRow) -> bytes:
+    """One `job_timeline` row as a JSONCompactEachRow line (TIMELINE_COLUMNS order): values
+    without their keys, the cheapest row to build on the hot path."""
     e = r.event
-    # pydantic-core's serializer is ~3x faster than json.dumps here (hot path)
-    return to_json({
-        "project": r.project, "job_id": r.job_id, "attempt": r.attempt, "time": e.time,
-        "event_id": e.id, "cluster": e.cluster, "source": e.source, "type": e.type,
-        "severity": e.severity, "relation": r.relation, "entity": r.entity,
-        "link_path": r.link_path, "scope": e.scope or "", "node": e.node or "",
-        "message": e.message, "attributes": e.attributes,
-    }, fallback=str)
+    # pydantic-core's serializer is ~3x faster than json.dumps here
+    return to_json([r.project, r.job_id, r.attempt, e.time, e.id, e.cluster, e.source, e.type,
+                    e.severity, r.relation, r.entity, r.link_path, e.scope or "", e.node or "",
+                    e.message, e.attributes], fallback=str)
 
 
 def attempt_row(a: Attempt) -> list[Any]:

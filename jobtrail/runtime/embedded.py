@@ -193,10 +193,11 @@ class EmbeddedRunner:
             payloads.append(record.payload)
             positions.append(f"embedded log seq {record.seq}")
             seqs.append(record.seq)
-        events, decode_dead, origin = self.sink.decode(payloads, positions, trusted=True)
+        decoded = self.sink.decode(payloads, positions, trusted=True)
         token = f"embedded-{records[0].seq}-{records[-1].seq}"
-        return self.sink.handle(events, [*dead, *decode_dead], token=token,
-                                arrivals=[arrival(seqs[i]) for i in origin], write=write)
+        return self.sink.handle(decoded.events, [*dead, *decoded.dead], token=token,
+                                arrivals=[arrival(seqs[i]) for i in decoded.origin],
+                                write=write, raw=decoded.raw)
 
     def _command(self, record: Record, write: bool) -> None:
         from pydantic import ValidationError

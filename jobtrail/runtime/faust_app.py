@@ -34,7 +34,7 @@ from ingest.raw import decode_raw, text_headers
 from ingest.redact import clip
 from jobtrail.app import build_sink, open_store
 from jobtrail.config import Settings
-from jobtrail.kafka_io import PartitionReader, Record, batch_by_cluster
+from jobtrail.kafka_io import PartitionReader, Record, batch_by_cluster, sign, signed
 from jobtrail.runtime.shards import Shards
 from jobtrail.store_retry import RetryPolicy, StoreUnavailable
 from processors.incidents.model import IncidentEvent
@@ -46,14 +46,17 @@ log = logging.getLogger("jobtrail.worker")
 EXIT_STORE_UNAVAILABLE = 70
 
 
-def _records(batch: list[Any]) -> dict[int, list[Record]]:
-    """Faust events -> our records, by partition, each partition's in offset order."""
+def _records(batch: list[Any], key: bytes = b"") -> dict[int, list[Record]]:
+    """Faust events -> our records, by partition, each partition's in offset order; with the
+    wire key, whether each is signed by it."""
     out: dict[int, list[Record]] = {}
     for e in batch:
         m = e.message
         value = e.value if isinstance(e.value, bytes) else str(e.value).encode()
+        headers = list(m.headers.items()) if isinstance(m.headers, dict) else m.headers
         out.setdefault(m.partition, []).append(
-            Record(m.topic, m.partition, m.offset, value, m.timestamp or 0.0))
+            Record(m.topic, m.partition, m.offset, value, m.timestamp or 0.0,
+                   signed(key, value, headers)))
     return out
 
 
@@ -112,8 +115,14 @@ def create_app(settings: Settings) -> faust.App:
     loop_box: dict[str, asyncio.AbstractEventLoop] = {}
 
     async def send_incidents(events: list[IncidentEvent]) -> None:
-        futures = [await incident_topic.send(key=e.incident_id.encode(),
-                                             value=e.to_json().encode()) for e in events]
+        # one message per incident and batch, its events as JSON lines in seq order: a
+        # message per event cost more than processing the event (the send path is Python)
+        by_incident: dict[str, list[bytes]] = {}
+        for e in events:
+            by_incident.setdefault(e.incident_id, []).append(e.to_json().encode())
+        futures = [await app.producer.send(incident_topic.get_topic_name(), key.encode(),
+                                           b"\n".join(lines), None, None, None)
+                   for key, lines in by_incident.items()]
         for fut in futures:
             await fut
 
@@ -145,7 +154,7 @@ def create_app(settings: Settings) -> faust.App:
         per_take = max(1, settings.batch_size // max(1, settings.wire_batch))
         async for taken in stream.take_events(per_take, within=settings.batch_seconds):
             try:
-                for partition, records in _records(list(taken)).items():
+                for partition, records in _records(list(taken), settings.wire_key).items():
                     dead = await run(shards().events, partition, records, publish)
                     await send_dead(dead, b"process")
             except StoreUnavailable as exc:
@@ -214,7 +223,8 @@ def create_app(settings: Settings) -> faust.App:
                                           f"{m.topic}/{m.partition}@{m.offset}", adapters))
             events = [d for d in decoded if isinstance(d, Event)]
             try:
-                futures = [await events_topic.send(key=cluster.encode(), value=value)
+                futures = [await events_topic.send(key=cluster.encode(), value=value,
+                                                   headers=sign(settings.wire_key, value))
                            for cluster, value in batch_by_cluster(events, settings.wire_batch)]
                 futures += [await dlq_topic.send(key=b"raw", value=d.model_dump_json().encode())
                             for d in decoded if isinstance(d, DeadLetter)]
@@ -270,4 +280,7 @@ def run_worker(settings: Settings, loglevel: str = "warning") -> None:
     asyncio.set_event_loop(asyncio.new_event_loop())
     app = create_app(settings)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    # Faust's terminal spinner sets the root logger to DEBUG to spin on every record: every
+    # library's debug record was then made and dropped (a cost per message sent)
+    worker.spinner = None
     worker.execute_from_commandline()

@@ -77,11 +77,15 @@ class KafkaRuntime:
 
     def command(self, command: Command) -> list[IncidentEvent] | None:
         """Queued on jobtrail.incident-commands; the worker applies or dead-letters it."""
-        try:
-            cluster = self.store.incident_cluster(command.incident_id)
-        except Exception as exc:  # keyed by incident id then; a misrouted one is refused
-            log.warning("could not look up the cluster of %s: %s", command.incident_id, exc)
-            cluster = None
+        cluster = None
+        # the workers' store is a ClickHouse server in cluster mode; a chDB under this
+        # process's home is not theirs, it would not know the incident
+        if self.settings.clickhouse_dsn:
+            try:
+                cluster = self.store.incident_cluster(command.incident_id)
+            except Exception as exc:  # keyed by incident id; a misrouted one is refused
+                log.warning("could not look up the cluster of %s: %s", command.incident_id,
+                            exc)
         self._run(self.publisher().publish_command(redact_command(command), cluster))
         return None
 

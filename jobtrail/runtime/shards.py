@@ -47,17 +47,20 @@ def owner_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def split_messages(records: Sequence[Record]) -> tuple[list[bytes], list[str]]:
+def split_messages(records: Sequence[Record]) -> tuple[list[bytes], list[str], list[bool]]:
     """JSON-lines message values -> one value per line, each with its arrival
-    `topic/partition@offset#line` (what the sink compares to recognise a replay)."""
+    `topic/partition@offset#line` (what the sink compares to recognise a replay) and whether
+    its message was signed."""
     values: list[bytes] = []
     where: list[str] = []
+    trusted: list[bool] = []
     for record in records:
         lines = [line for line in record.value.split(b"\n") if line.strip()] or [record.value]
         for number, line in enumerate(lines):
             values.append(line)
             where.append(f"{record.where}#{number}")
-    return values, where
+            trusted.append(record.signed)
+    return values, where, trusted
 
 
 def _token(records: Sequence[Record]) -> str:
@@ -186,14 +189,15 @@ class Shards:
 
     def _process(self, shard: Shard, records: Sequence[Record], publish: Publish | None, *,
                  write: bool) -> list[DeadLetter]:
-        values, where = split_messages(records)
-        events, dead, origin = shard.sink.decode(values, where)
-        shard.sink.handle(events, (), _token(records), publish,
-                          arrivals=[where[i] for i in origin], write=write)
+        values, where, trusted = split_messages(records)
+        decoded = shard.sink.decode(values, where, trusted=trusted)
+        shard.sink.handle(decoded.events, (), _token(records), publish,
+                          arrivals=[where[i] for i in decoded.origin], write=write,
+                          raw=decoded.raw)
         stream = self._events_stream(shard.partition)
         shard.positions[stream] = max(shard.position(stream), records[-1].offset)
         gauge("shard_position", shard.positions[stream], stream=stream)
-        return dead
+        return decoded.dead
 
     def commands(self, partition: int, records: Sequence[Record],
                  publish: Publish | None) -> list[DeadLetter]:

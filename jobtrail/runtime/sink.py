@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ingest.canonical import decode_canonical
+from ingest.canonical import decode_canonical, decode_trusted
 from ingest.redact import redact_text
 from jobtrail.store import Store
 from jobtrail.telemetry import emit
@@ -34,6 +34,16 @@ from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 
 log = logging.getLogger("jobtrail.incidents")
+
+
+@dataclass
+class Decoded:
+    events: list[Event] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    origin: list[int] = field(default_factory=list)
+    """For each event, the index of the record it came from (to keep its arrival)."""
+    raw: dict[str, bytes] = field(default_factory=dict)
+    """By id, the canonical JSON a fast-path event arrived as (stored without re-encoding)."""
 
 
 @dataclass
@@ -118,27 +128,34 @@ class Sink:
         return outputs.incidents
 
     def decode(self, records: Sequence[bytes | str], positions: Sequence[str] | None = None,
-               *, trusted: bool = False) -> tuple[list[Event], list[DeadLetter], list[int]]:
-        """Canonical records -> events and dead letters; the third list gives, for each
-        event, the index of the record it came from (to keep its arrival). Only the
-        embedded log, written by this process's ingest, is `trusted`."""
-        events: list[Event] = []
-        dead: list[DeadLetter] = []
-        origin: list[int] = []
+               *, trusted: bool | Sequence[bool] = False) -> Decoded:
+        """Canonical records -> events and dead letters. `trusted` (all records, or one flag
+        each): the embedded log, written by this process's ingest, and messages signed with
+        the wire key; those take the fast path and are stored as they came."""
+        out = Decoded()
         for i, raw in enumerate(records):
-            out = decode_canonical(raw, position=positions[i] if positions else f"record {i}",
-                                   trusted=trusted)
-            if isinstance(out, Event):
-                events.append(out)
-                origin.append(i)
+            fast = trusted if isinstance(trusted, bool) else trusted[i]
+            event = decode_trusted(raw) if fast else None
+            result: Event | DeadLetter
+            if event is not None:
+                # the first record of an id wins (a later one is a duplicate or a conflict)
+                out.raw.setdefault(event.id, raw if isinstance(raw, bytes) else raw.encode())
+                result = event
             else:
-                dead.append(out)
-        return events, dead, origin
+                result = decode_canonical(
+                    raw, position=positions[i] if positions else f"record {i}")
+            if isinstance(result, Event):
+                out.events.append(result)
+                out.origin.append(i)
+            else:
+                out.dead.append(result)
+        return out
 
     def handle(self, events: Sequence[Event], dead_letters: Sequence[DeadLetter] = (),
                token: str | None = None,
                publish: Callable[[list[IncidentEvent]], None] | None = None, *,
-               arrivals: Sequence[str] | None = None, write: bool = True) -> BatchResult:
+               arrivals: Sequence[str] | None = None, write: bool = True,
+               raw: dict[str, bytes] | None = None) -> BatchResult:
         """Process and store one batch; raises StoreUnavailable if ClickHouse stays down.
 
         `arrivals[i]` says where `events[i]` was read (stream and offset); without it every
@@ -193,7 +210,7 @@ class Sink:
         if publish is not None and outputs.incidents:
             publish(outputs.incidents)
         self.store.write(outputs, new_letters, token, known=replayed,
-                         arrivals={e.id: a for e, a in first.values() if a})
+                         arrivals={e.id: a for e, a in first.values() if a}, raw=raw)
         _incident_latency(outputs.incidents, self.pipeline.detector.opened_observed)
         emit("events_stored", result.stored)
         emit("events_duplicate", result.duplicates)

@@ -65,9 +65,10 @@ def _serve_and_post(settings: Settings, cases: list[Case]) -> tuple[list[Case], 
 
 def _opened(bootstrap: str, topic: str) -> str:
     for _, _, value in consume_all(bootstrap, [topic])[topic]:
-        event = json.loads(value)
-        if event["kind"] == "opened":
-            return str(event["incident_id"])
+        for line in value.splitlines():  # an incident's events of one batch, in seq order
+            event = json.loads(line)
+            if event["kind"] == "opened":
+                return str(event["incident_id"])
     raise AssertionError("no incident opened")
 
 

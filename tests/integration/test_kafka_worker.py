@@ -98,3 +98,58 @@ def test_sigkill_mid_stream_then_restart_loses_and_duplicates_nothing(
     assert counts["raw"]["events"] == counts["final"]["events"] == n
     assert counts["final"]["job_timeline"] == n
     assert counts["final"]["job_attempts"] == 50
+
+
+def test_signed_messages_are_trusted_and_anything_else_is_checked(
+        kafka_broker: str, clickhouse_server: str, tmp_path: Path) -> None:
+    """With the wire key, what ingest signed skips the worker's validation; an unsigned or
+    forged message on the topic is validated and redacted like any foreign input."""
+    import clickhouse_connect
+
+    from jobtrail.kafka_io import sign
+
+    prefix, app_id = _names()
+    key = uuid.uuid4().hex.encode()
+    database = f"w_{uuid.uuid4().hex[:8]}"
+    settings = Settings(kafka=kafka_broker, topic_prefix=prefix, wire_key=key)
+    records = decode("\n".join(json.dumps(r) for r in sample.synthetic(300)),
+                     producer="test", observed_at=datetime.now(UTC))
+    publish_sync(settings, records)  # signed by the publisher
+    secret = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0P9o8N7m6L5k4J3i2"
+    unsigned = json.dumps({"id": "unsigned-1", "type": "operator.note", "cluster": "c",
+                           "time": "2026-11-30T08:00:00Z",
+                           "message": f"rotated {secret}"}).encode()
+    forged = json.dumps({"id": "forged-1", "type": "job.step", "cluster": "c",
+                         "time": "2026-11-30T08:00:00Z", "project": "p", "job_id": "j",
+                         "attempt": 1, "attributes": {"step": "many"}}).encode()
+    produce_raw(kafka_broker, settings.topic("events"), [unsigned], key=b"c")
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    async def send_forged() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, acks="all")
+        await producer.start()
+        try:
+            headers = sign(b"not the key", forged)
+            await (await producer.send(settings.topic("events"), forged, key=b"c",
+                                       headers=headers))
+        finally:
+            await producer.stop()
+
+    asyncio.run(send_forged())
+    worker = Worker(kafka_broker, tmp_path / "home", prefix, app_id)
+    worker.env.update({"JOBTRAIL_WIRE_KEY": key.decode(), "JOBTRAIL_CLICKHOUSE": clickhouse_server,
+                       "JOBTRAIL_DATABASE": database})
+    worker.start()
+    try:
+        wait_caught_up(kafka_broker, app_id, [settings.topic("events"), settings.topic("dlq")],
+                       worker)
+    finally:
+        worker.stop()
+    client = clickhouse_connect.get_client(dsn=clickhouse_server, database=database)
+    assert client.query("SELECT count() FROM events FINAL").result_rows[0][0] == 301
+    note = client.query("SELECT message FROM events WHERE id = 'unsigned-1'").result_rows
+    assert note and secret not in note[0][0] and "rotated" in note[0][0]
+    letters = client.query("SELECT field, event_ref FROM dead_letters FINAL").result_rows
+    assert [f for f, _ in letters] == ["attributes.step"]

@@ -89,9 +89,11 @@ def _incident_topic(bootstrap: str, topic: str) -> list[tuple[str, int, str]]:
             batch = await consumer.getmany(timeout_ms=5000)
             while batch:
                 for records in batch.values():
-                    for record in records:
-                        e = json.loads(record.value)
-                        out.append((e["incident_id"], e["seq"], e["kind"]))
+                    for record in records:  # an incident's events of a batch, in seq order
+                        for line in record.value.splitlines():
+                            e = json.loads(line)
+                            assert record.key == e["incident_id"].encode()
+                            out.append((e["incident_id"], e["seq"], e["kind"]))
                 batch = await consumer.getmany(timeout_ms=2000)
             return out
         finally:
