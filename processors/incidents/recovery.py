@@ -24,7 +24,9 @@ def track(d: Detector, event: Event) -> None:
     from processors.incidents import slowdown
 
     key = d.attempt_key(event)
-    progress = d.book.progress.setdefault(key, Progress())
+    progress = d.book.progress.get(key)
+    if progress is None:  # not setdefault: a Progress per event was a cost per event
+        progress = d.book.progress[key] = Progress()
     attrs: dict[str, Any] = event.attributes
     if event.type == "job.step" and isinstance(attrs.get("step"), int):
         progress.last_step, progress.last_step_at = attrs["step"], event.time
