@@ -24,7 +24,8 @@ def open_store(settings: Settings) -> Store:
 
         HomeLock(settings.home).acquire()
     store = Store.connect(settings.dsn, settings.database,
-                          timeout_s=settings.clickhouse_timeout_s)
+                          timeout_s=settings.clickhouse_timeout_s,
+                          cluster=settings.clickhouse_cluster)
     store.migrate()
     return store
 

@@ -331,6 +331,24 @@ def schema_export(out: Path | None) -> None:
     click.echo(f"wrote {len(documents)} schema files to {out}")
 
 
+@schema.command("ddl")
+@click.option("--cluster", default="", help="A ClickHouse cluster: Replicated + Distributed")
+@click.option("--database", default="jobtrail", show_default=True)
+def schema_ddl(cluster: str, database: str) -> None:
+    """Print the ClickHouse DDL the migrations apply (for review, or to apply by hand)."""
+    from jobtrail.cluster_ddl import cluster_statements, migrations_table
+    from jobtrail.store import _statements, migrations
+
+    if cluster:
+        click.echo(migrations_table(cluster, database) + ";\n")
+    for version, name, sql in migrations():
+        click.echo(f"-- {version:04d}_{name}")
+        for statement in _statements(sql):
+            for one in (cluster_statements(statement, cluster=cluster, database=database)
+                        if cluster else [statement]):
+                click.echo(one + ";\n")
+
+
 @schema.command("types")
 def schema_types() -> None:
     """List the registered event types."""

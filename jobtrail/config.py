@@ -41,6 +41,9 @@ class Settings:
     clickhouse_dsn: str = ""
     """Empty means the embedded engine under `home/chdb`."""
     database: str = "jobtrail"
+    clickhouse_cluster: str = ""
+    """The ClickHouse cluster (its name in the servers' `remote_servers`) whose nodes hold
+    the tables as Replicated + Distributed (`jobtrail.cluster_ddl`); empty: one server."""
     clickhouse_timeout_s: float = 60.0
     """How long one request to a ClickHouse server may take before the client gives up and
     retries it (inserts carry deduplication tokens, so a retried insert that had landed is a
@@ -138,6 +141,7 @@ class Settings:
             home=Path(env.get("JOBTRAIL_HOME") or "var"),
             clickhouse_dsn=env.get("JOBTRAIL_CLICKHOUSE", ""),
             database=env.get("JOBTRAIL_DATABASE") or "jobtrail",
+            clickhouse_cluster=env.get("JOBTRAIL_CLICKHOUSE_CLUSTER", ""),
             clickhouse_timeout_s=_float(env, "JOBTRAIL_CLICKHOUSE_TIMEOUT_S", 60.0),
             kafka=env.get("JOBTRAIL_KAFKA", ""),
             topic_prefix=env.get("JOBTRAIL_TOPIC_PREFIX", "jobtrail."),

@@ -72,17 +72,28 @@ def _statements(sql: str) -> list[str]:
 
 
 class Store:
-    def __init__(self, client: Any, database: str, retry: RetryPolicy | None = None) -> None:
+    def __init__(self, client: Any, database: str, retry: RetryPolicy | None = None,
+                 cluster: str = "") -> None:
         self.client = client
         self.database = database
         self.retry = retry or RetryPolicy()
+        self.cluster = cluster
+        """A ClickHouse cluster name: the tables are Replicated + Distributed
+        (`jobtrail.cluster_ddl`); empty for chDB and a single server."""
 
     @classmethod
     def connect(cls, dsn: str, database: str = "jobtrail",
-                retry: RetryPolicy | None = None, *, timeout_s: float = 60.0) -> Store:
-        """`timeout_s` bounds one request to a server (not the embedded engine)."""
+                retry: RetryPolicy | None = None, *, timeout_s: float = 60.0,
+                cluster: str = "") -> Store:
+        """`timeout_s` bounds one request to a server (not the embedded engine); `cluster`
+        names the server's cluster for Replicated + Distributed tables."""
         if not _IDENT.match(database):
             raise ValueError(f"database name {database!r} is not a plain identifier")
+        if cluster and not _IDENT.match(cluster):
+            raise ValueError(f"cluster name {cluster!r} is not a plain identifier")
+        on_cluster = f" ON CLUSTER {cluster}" if cluster else ""
+        # inserts into Distributed tables return once the shards have the rows
+        settings = {"distributed_foreground_insert": 1} if cluster else None
         if dsn.startswith("chdb:"):
             client = clickhouse_connect.get_client(dsn=dsn)
             # identifiers cannot be bound as parameters; the name is validated above
@@ -90,28 +101,34 @@ class Store:
             client.database = database
         else:
             bootstrap = clickhouse_connect.get_client(dsn=dsn, send_receive_timeout=timeout_s)
-            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+            bootstrap.command(f"CREATE DATABASE IF NOT EXISTS {database}{on_cluster}")
             bootstrap.close()
             client = clickhouse_connect.get_client(dsn=dsn, database=database,
-                                                   send_receive_timeout=timeout_s)
-        return cls(client, database, retry)
+                                                   send_receive_timeout=timeout_s,
+                                                   settings=settings)
+        return cls(client, database, retry, cluster)
 
     # --- schema ---------------------------------------------------------------------------
 
     def migrate(self) -> list[int]:
-        """Apply DDL files not yet recorded; safe to run at every start."""
-        self.client.command(
-            f"CREATE TABLE IF NOT EXISTS {self.database}.schema_migrations "
-            "(version UInt32, name String, applied_at DateTime64(3, 'UTC')) "
-            "ENGINE = ReplacingMergeTree ORDER BY version"
-        )
+        """Apply DDL files not yet recorded; safe to run at every start (on a cluster too:
+        every statement there is idempotent and ON CLUSTER)."""
+        from jobtrail.cluster_ddl import cluster_statements, migrations_table
+
+        self.client.command(migrations_table(self.cluster, self.database) if self.cluster else
+                            f"CREATE TABLE IF NOT EXISTS {self.database}.schema_migrations "
+                            "(version UInt32, name String, applied_at DateTime64(3, 'UTC')) "
+                            "ENGINE = ReplacingMergeTree ORDER BY version")
         done = {r[0] for r in self._q("SELECT version FROM schema_migrations FINAL").result_rows}
         applied = []
         for version, name, sql in migrations():
             if version in done:
                 continue
             for statement in _statements(sql):
-                self.client.command(statement)
+                for one in (cluster_statements(statement, cluster=self.cluster,
+                                               database=self.database)
+                            if self.cluster else [statement]):
+                    self.client.command(one)
             self.client.insert(f"{self.database}.schema_migrations",
                                [[version, name, datetime.now(UTC)]],
                                column_names=["version", "name", "applied_at"])
@@ -257,7 +274,11 @@ class Store:
         log = self.load_incident_log()
         states = fold(log)
         for table in ("incidents", "incident_evidence", "incident_jobs", "actions"):
-            self.client.command(f"TRUNCATE TABLE IF EXISTS {self.database}.{table}")
+            # a Distributed table cannot be truncated: its shards' local tables are
+            self.client.command(
+                f"TRUNCATE TABLE IF EXISTS {self.database}.{table}_local ON CLUSTER "
+                f"{self.cluster}" if self.cluster else
+                f"TRUNCATE TABLE IF EXISTS {self.database}.{table}")
         self.write_incidents([], list(states.values()))
         return len(log), len(states)
 
