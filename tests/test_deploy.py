@@ -1,10 +1,17 @@
-"""deploy/ has no engine to run it here; these checks keep the files valid and secret-free."""
+"""deploy/ has no engine to run it here; these checks keep the files valid and secret-free:
+the compose file against the Compose specification's JSON Schema (check-jsonschema's vendored
+copy), the Kubernetes manifests against the API schemas of the versions we target
+(kubernetes-validate, strict: unknown fields are errors)."""
 
 from __future__ import annotations
 
+import copy
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,6 +41,54 @@ def test_kubernetes_manifests_are_well_formed() -> None:
                 template["metadata"]["labels"].items()
             for container in template["spec"]["containers"]:
                 assert container["args"][0] in {"worker", "serve", "notify"}
+
+
+KUBERNETES_TARGETS = ("1.31.0", "1.37.0")
+"""The oldest Kubernetes we support and the newest the validator knows."""
+
+
+def _compose_errors(path: Path) -> str:
+    run = subprocess.run([str(Path(sys.executable).parent / "check-jsonschema"),
+                          "--builtin-schema", "vendor.compose-spec", str(path)],
+                         capture_output=True, text=True, timeout=120, check=False)
+    return "" if run.returncode == 0 else run.stdout + run.stderr
+
+
+def test_the_compose_file_follows_the_compose_specification(tmp_path: Path) -> None:
+    assert _compose_errors(ROOT / "deploy/docker-compose.yml") == ""
+    broken = yaml.safe_load((ROOT / "deploy/docker-compose.yml").read_text())
+    broken["services"]["worker"]["restart"] = ["unless-stopped"]  # a list where a string goes
+    path = tmp_path / "compose.yml"
+    path.write_text(yaml.safe_dump(broken))
+    assert "restart" in _compose_errors(path)  # the check can fail
+
+
+@pytest.mark.parametrize("version", KUBERNETES_TARGETS)
+def test_kubernetes_manifests_validate_against_the_target_versions(version: str) -> None:
+    import kubernetes_validate
+
+    docs = list(yaml.safe_load_all((ROOT / "deploy/k8s/jobtrail.yaml").read_text()))
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+    worker = copy.deepcopy(next(d for d in docs if d["metadata"]["name"] == "jobtrail-worker"))
+    worker["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["pth"] = "/"
+    with pytest.raises(kubernetes_validate.ValidationError):  # the check can fail
+        kubernetes_validate.validate(worker, version, strict=True)
+
+
+def test_workers_expose_probes_and_take_the_wire_key_from_a_secret() -> None:
+    docs = list(yaml.safe_load_all((ROOT / "deploy/k8s/jobtrail.yaml").read_text()))
+    worker = next(d for d in docs if d["metadata"]["name"] == "jobtrail-worker")
+    container = worker["spec"]["template"]["spec"]["containers"][0]
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    port = int(config["JOBTRAIL_WORKER_PORT"])
+    assert container["ports"] == [{"containerPort": port, "name": "probes"}]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert "JOBTRAIL_WIRE_KEY" not in config  # a secret: from the Secret, never the ConfigMap
+    compose = yaml.safe_load((ROOT / "deploy/docker-compose.yml").read_text())["services"]
+    assert compose["worker"]["environment"]["JOBTRAIL_WIRE_KEY"].startswith("${")
+    assert "9108/livez" in " ".join(compose["worker"]["healthcheck"]["test"])
 
 
 def test_no_literal_secrets_in_deploy() -> None:
