@@ -92,6 +92,21 @@ def test_entity_timeline_is_project_bound(loaded: Store) -> None:
         "network.link_errors", "network.port_down"]
 
 
+def test_entity_timeline_shows_a_replayed_event_once(loaded: Store) -> None:
+    """A crash between a batch's inserts and its ids leaves an event stored twice, byte for
+    byte; the entity timeline reads without FINAL and must still show it once."""
+    before = loaded.entity_timeline(P, "leaf-05")
+    again = [e for e in loaded.events_by_id([r["id"] for r in before]).values()]
+    loaded.client.raw_insert(f"{loaded.database}.events", insert_block="\n".join(
+        e.to_json() for e in again).encode(), fmt="JSONEachRow",
+        settings={"input_format_json_read_objects_as_strings": 1,
+                  "date_time_input_format": "best_effort"})
+    assert loaded.count("events", final=False) > loaded.count("events")
+    assert loaded.entity_timeline(P, "leaf-05") == before
+    # a switch named only inside the attributes is still found, and only that switch
+    assert loaded.entity_timeline(P, "leaf-0") == []
+
+
 def test_stored_cable_moves_change_the_wiring(loaded: Store) -> None:
     moved = Event(id="mv1", type="topology.link", source=Source.topology,
                   time=sample.T0 + timedelta(minutes=20), cluster=sample.CLUSTER,
