@@ -165,11 +165,10 @@ class Pipeline:
                 self.membership.update(attempt)
                 out.attempts.append(attempt)
                 placed.append(attempt)
-        for attempt in placed:
-            if attempt.started_at is not None:
-                late = self._late_rows(attempt)
-                out.timeline.extend(late)
-                self.detector.reach(late)
+        late = [row for attempt in placed if attempt.started_at is not None
+                for row in self._late_rows(attempt)]
+        out.timeline.extend(late)
+        self.detector.reach(late)  # once per batch: it indexes every remembered signal
         for event in events:
             if event.type == "topology.link":
                 continue

@@ -167,6 +167,8 @@ def join(d: Detector, inc_id: str, signal: Signal) -> None:
 def reach(d: Detector, rows: Sequence[TimelineRow]) -> None:
     """Late attribution (an attempt that started after the signal arrived) widens the
     fault domains the remembered signals reached."""
+    if not any(row.relation != "self" for row in rows):
+        return
     by_id = {s.event.id: s for s in d.book.signals}
     for row in rows:
         signal = by_id.get(row.event.id)

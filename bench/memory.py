@@ -1,0 +1,233 @@
+"""Worker memory: resident set vs topology size and open attempts, and over a soak.
+
+The processors' state is what a worker holds per partition (`Pipeline`: jobs, membership,
+wiring, waiting events, the incident book), so it is measured on the pure pipeline, without
+a store or broker in the process. Three figures:
+
+1. topology: RSS after loading fat-tree wirings of 500 to 4,000 nodes (one child process each);
+2. attempts: RSS as 5k, 10k and 20k attempts are open at once on the 4,000-node wiring
+   (8 nodes each), with the size of the saved state (`snapshot.dumps`);
+3. soak: a steady stream for `--minutes` (30 for the issue's figure) with the attempts
+   churning (a job runs 1-3 h of event time, completes, and a new one starts, so 20k stay
+   open): steps, ECC events (5 %), NCCL timeouts (0.01 %, each opening or joining an
+   incident), one event per `--spacing-ms` of event time (3 ms: a step a minute from each of
+   20k jobs; the hang rule's 15 min stays far). RSS is
+   sampled every `--minutes / 10`; printed with the count of jobs, attempts in the membership
+   index, incidents and waiting events, and the slope over the second half (MB per 10 min),
+   the figure that says flat or not.
+
+    python -m bench.memory --minutes 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+NODES_PER_JOB = 8
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _wiring(nodes: int) -> Any:
+    from processors.topology import Topology
+    from schemas.topology import TopologyFile, fat_tree
+
+    return Topology.from_file(TopologyFile.model_validate(fat_tree(nodes, cluster="mem")))
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
+
+
+class Load:
+    """Canonical records of a fleet whose `open_jobs` attempts churn."""
+
+    def __init__(self, nodes: int, open_jobs: int, seed: int = 16, spacing_ms: int = 3) -> None:
+        self.nodes, self.open_jobs = nodes, open_jobs
+        self.spacing = timedelta(milliseconds=spacing_ms)
+        self.rng = random.Random(seed)
+        self.next_job = 0
+        self.running: dict[str, tuple[list[str], datetime, int]] = {}  # job -> nodes, end, step
+        self.t = T0
+        self.seq = 0
+
+    def start(self) -> dict[str, Any]:
+        j = self.next_job
+        self.next_job += 1
+        first = (j * NODES_PER_JOB) % self.nodes
+        nodes = [f"mem-node-{(first + k) % self.nodes:04d}" for k in range(NODES_PER_JOB)]
+        job = f"mem-job-{j}"
+        end = self.t + timedelta(seconds=self.rng.uniform(3600, 10800))
+        self.running[job] = (nodes, end, 0)
+        return {"id": f"start-{j}", "type": "job.started", "time": _iso(self.t),
+                "project": f"proj-{j % 20}", "cluster": "mem", "job_id": job, "attempt": 1,
+                "attributes": {"nodes": nodes, "gpus": 8 * NODES_PER_JOB}}
+
+    def opening(self) -> list[dict[str, Any]]:
+        return [self.start() for _ in range(self.open_jobs - len(self.running))]
+
+    def batch(self, n: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        jobs = list(self.running)
+        for _ in range(n):
+            self.seq += 1
+            self.t += self.spacing
+            job = jobs[self.rng.randrange(len(jobs))]
+            nodes, end, step = self.running[job]
+            project = f"proj-{int(job.rsplit('-', 1)[1]) % 20}"
+            base = {"id": f"e-{self.seq}", "time": _iso(self.t), "cluster": "mem"}
+            roll = self.rng.random()
+            if self.t >= end:
+                del self.running[job]
+                jobs.remove(job)
+                out.append({**base, "type": "job.completed", "project": project,
+                            "job_id": job, "attempt": 1})
+                out.append(self.start())
+                jobs.append(f"mem-job-{self.next_job - 1}")
+            elif roll < 0.05:
+                node = nodes[self.seq % len(nodes)]
+                out.append({**base, "type": "node.ecc", "scope": "gpu",
+                            "entity": f"{node}/gpu0", "node": node,
+                            "attributes": {"gpu": "0", "kind": "sbe", "count": 1}})
+            elif roll < 0.0501:
+                out.append({**base, "type": "comm.nccl_timeout", "project": project,
+                            "job_id": job, "attempt": 1, "severity": "error",
+                            "message": "Watchdog caught collective operation timeout",
+                            "attributes": {"rank": 0, "seq_num": self.seq}})
+            else:
+                self.running[job] = (nodes, end, step + 1)
+                out.append({**base, "type": "job.step", "project": project, "job_id": job,
+                            "attempt": 1, "attributes": {"step": step + 1,
+                                                         "step_time_s": 1.0}})
+        return out
+
+
+def _events(records: list[dict[str, Any]]) -> list[Any]:
+    from ingest.canonical import decode
+    from schemas.events import Event
+
+    text = "\n".join(json.dumps(r) for r in records)
+    return [e for e in decode(text, producer="bench", observed_at=T0) if isinstance(e, Event)]
+
+
+def _pipeline(nodes: int) -> Any:
+    from processors.pipeline import Pipeline
+
+    return Pipeline(timedelta(seconds=30), _wiring(nodes))
+
+
+def _sizes(pipeline: Any) -> dict[str, int]:
+    book = pipeline.detector.book
+    return {"jobs": len(pipeline.jobs), "placed": len(pipeline.membership._placed),
+            "waiting": sum(len(v) for v in pipeline._waiting.values()),
+            "incidents": len(book.incidents), "progress": len(book.progress),
+            "signals": len(book.signals)}
+
+
+def topology_child(nodes: int) -> dict[str, Any]:
+    import processors.pipeline  # noqa: F401  (the code, so the figure is the wiring's)
+
+    _wiring(8)
+    gc.collect()
+    before = rss_mb()
+    wiring = _wiring(nodes)
+    gc.collect()
+    return {"nodes": nodes, "rss_mb": round(rss_mb(), 1),
+            "wiring_mb": round(rss_mb() - before, 1), "held": wiring is not None}
+
+
+def attempts(nodes: int, steps: tuple[int, ...]) -> list[dict[str, Any]]:
+    from jobtrail.runtime.snapshot import dumps
+
+    pipeline = _pipeline(nodes)
+    gc.collect()
+    rows = [{"open_attempts": 0, "rss_mb": round(rss_mb(), 1), "state_kb": 0}]
+    load = Load(nodes, 0)
+    for count in steps:
+        fresh = [load.start() for _ in range(count - len(load.running))]
+        for i in range(0, len(fresh), 5000):
+            pipeline.process(_events(fresh[i:i + 5000]))
+        gc.collect()
+        rows.append({"open_attempts": len(pipeline.jobs), "rss_mb": round(rss_mb(), 1),
+                     "state_kb": len(dumps(pipeline, {"bench": 0})) // 1024})
+    return rows
+
+
+def soak(nodes: int, open_jobs: int, minutes: float, batch: int, spacing_ms: int) -> dict[str, Any]:
+    pipeline = _pipeline(nodes)
+    load = Load(nodes, open_jobs, spacing_ms=spacing_ms)
+    opening = load.opening()
+    for i in range(0, len(opening), batch):
+        pipeline.process(_events(opening[i:i + batch]))
+    gc.collect()
+    samples: list[dict[str, Any]] = []
+    started = time.monotonic()
+    deadline = started + minutes * 60
+    every = minutes * 6  # seconds: ten samples
+    next_sample = started
+    events = 0
+    while True:
+        now = time.monotonic()
+        if now >= next_sample or now >= deadline:
+            gc.collect()
+            samples.append({"minute": round((now - started) / 60, 1), "events": events,
+                            "rss_mb": round(rss_mb(), 1), **_sizes(pipeline),
+                            "event_hours": round((load.t - T0).total_seconds() / 3600, 1)})
+            print(json.dumps(samples[-1]), flush=True)
+            next_sample = now + every
+            if now >= deadline:
+                break
+        chunk = load.batch(batch)
+        pipeline.process(_events(chunk))
+        events += len(chunk)
+    half = [s for s in samples if s["minute"] >= minutes / 2]
+    span = max(half[-1]["minute"] - half[0]["minute"], 1e-9)
+    slope = (half[-1]["rss_mb"] - half[0]["rss_mb"]) / span * 10
+    return {"minutes": minutes, "events": events,
+            "events_per_s": round(events / max(time.monotonic() - started, 1e-9)),
+            "rss_start_mb": samples[0]["rss_mb"], "rss_end_mb": samples[-1]["rss_mb"],
+            "slope_second_half_mb_per_10min": round(slope, 1), "final": _sizes(pipeline)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--nodes", type=int, default=4000)
+    parser.add_argument("--attempts", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=5000)
+    parser.add_argument("--spacing-ms", type=int, default=3)
+    parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.child:
+        print(json.dumps(topology_child(opts.child)))
+        return
+    print("topology (one process each):")
+    for nodes in (500, 1000, 2000, opts.nodes):
+        out = subprocess.run([sys.executable, "-m", "bench.memory", "--child", str(nodes)],
+                             capture_output=True, text=True, check=True, timeout=600)
+        print("  " + out.stdout.strip().splitlines()[-1], flush=True)
+    print(f"open attempts on {opts.nodes} nodes:")
+    steps = tuple(sorted({opts.attempts // 4, opts.attempts // 2, opts.attempts}))
+    for row in attempts(opts.nodes, steps):
+        print("  " + json.dumps(row), flush=True)
+    print(f"soak, {opts.minutes} min, {opts.attempts} attempts churning:")
+    print(json.dumps(soak(opts.nodes, opts.attempts, opts.minutes, opts.batch,
+                                opts.spacing_ms), indent=2))
+
+
+if __name__ == "__main__":
+    main()
