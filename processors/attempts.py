@@ -91,6 +91,11 @@ class JobRecord:
             out |= attempt.applied
         return frozenset(out)
 
+    def ended_before(self, cutoff: datetime) -> bool:
+        """Every attempt ended, the last before `cutoff`: nothing more is expected of it."""
+        ends = [a.ended_at for a in self.attempts.values()]
+        return bool(ends) and all(e is not None and e < cutoff for e in ends)
+
     def attempt_at(self, time: datetime) -> int | None:
         """The attempt running at `time` (latest start not after it), for events without one."""
         best: Attempt | None = None

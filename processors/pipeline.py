@@ -27,6 +27,12 @@ from processors.timeline import Membership, TimelineRow, filesystem_of, lookup_k
 from processors.topology import Topology
 from schemas.events import Event
 
+JOB_RETENTION = timedelta(hours=24)
+"""How long (event time) a job whose attempts all ended stays in the state: a requeue, a late
+lifecycle event or a recovery after that long starts from a fresh record (the stored attempt,
+with its higher version, stands). Beyond every detection window (the longest, 30 min)."""
+SWEEP_EVERY = timedelta(minutes=10)
+
 
 @dataclass
 class Outputs:
@@ -51,6 +57,8 @@ class Pipeline:
         self._waiting: dict[str, dict[str, Event]] = defaultdict(dict)
         self._waiting_order: deque[tuple[datetime, str, str]] = deque()
         self._attributed: dict[str, set[tuple[str, str, int]]] = {}
+        self.job_retention = max(JOB_RETENTION, lateness)
+        self._swept: datetime | None = None
 
     def bind(self, rules: Rules, topology: Topology | None = None) -> None:
         """After loading a snapshot: this run's rules, and a new topology when the file it
@@ -98,6 +106,17 @@ class Pipeline:
             # an event's entries share its time, so they all leave in this same pass
             self._attributed.pop(event_id, None)
         self.membership.prune(cutoff)
+        if self._swept is None or self.watermark - self._swept >= SWEEP_EVERY:
+            self._swept = self.watermark
+            self._forget_jobs(self.watermark - self.job_retention)
+
+    def _forget_jobs(self, cutoff: datetime) -> None:
+        """Jobs whose every attempt ended before `cutoff` leave the state (here and in the
+        detector): a worker's memory follows the jobs running, not every job it ever saw.
+        Event time decides, so a replay forgets exactly what the first run forgot."""
+        for key in [k for k, job in self.jobs.items() if job.ended_before(cutoff)]:
+            del self.jobs[key]
+        self.detector.forget_jobs(cutoff)
 
     def _keys_of(self, attempt: Attempt) -> set[str]:
         at = attempt.started_at

@@ -110,6 +110,34 @@ class Detector:
             cause.on_symptom(self, event, symptom, self.attempt_key(event), event.time,
                              event.id)
 
+    def forget_jobs(self, cutoff: datetime) -> int:
+        """Drop what the book holds for jobs whose attempts all ended before `cutoff` (their
+        records, progress, recoveries still pending, incident holds and symptom counts), and
+        progress of attempts no lifecycle event ever described that went quiet before it."""
+        book = self.book
+        gone = {k for k, job in book.jobs.items() if job.ended_before(cutoff)}
+        for key in gone:
+            del book.jobs[key]
+            book.pending.pop(key, None)
+
+        def stale(a: AttemptKey) -> bool:
+            if (a[0], a[1]) in gone:
+                return True
+            if (a[0], a[1]) in book.jobs:
+                return False
+            p = book.progress.get(a)
+            last = max((t for t in (p.last_step_at, p.ckpt_at) if t is not None),
+                       default=None) if p is not None else None
+            return last is None or last < cutoff
+
+        for attempt in [a for a in book.progress if stale(a)]:
+            del book.progress[attempt]
+        for attempt in [a for a in book.by_attempt if (a[0], a[1]) in gone]:
+            del book.by_attempt[attempt]
+        for counted in [c for c in book.symptom_counts if (c[0][0], c[0][1]) in gone]:
+            del book.symptom_counts[counted]
+        return len(gone)
+
     def reach(self, rows: Sequence[TimelineRow]) -> None:
         grouping.reach(self, rows)
 

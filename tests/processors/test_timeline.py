@@ -73,3 +73,20 @@ def test_job_event_without_attempt_uses_the_running_attempt() -> None:
                  project="p", cluster="c", job_id="a", attributes={"step": 5})
     out = p.process([step])
     assert [(r.attempt, r.relation) for r in out.timeline] == [(2, "self")]
+
+
+def test_ended_jobs_leave_the_state_a_day_after_their_end_running_ones_stay() -> None:
+    p = Pipeline()
+    start_two_jobs(p)  # a runs, b completed at minute 30
+    p.process([job_event("job.step", 60, "a", step=5)])
+    held = ("p", "b")
+    assert held in p.jobs and held in p.detector.book.jobs
+    assert ("p", "b", 1) in p.detector.book.progress
+    # a day of event time after b ended (and a sweep due): b is gone, a stays
+    p.process([job_event("job.step", 30 + 24 * 60 + 11, "a", step=6)])
+    assert held not in p.jobs and held not in p.detector.book.jobs
+    assert ("p", "b", 1) not in p.detector.book.progress
+    assert ("p", "a") in p.jobs and ("p", "a", 1) in p.detector.book.progress
+    # a late lifecycle event of the forgotten job starts a fresh record, it does not fail
+    out = p.process([job_event("job.requeued", 30 + 24 * 60 + 12, "b")])
+    assert {a.job_id for a in out.attempts} == {"b"}
