@@ -167,8 +167,10 @@ def attempts(nodes: int, steps: tuple[int, ...]) -> list[dict[str, Any]]:
     return rows
 
 
-def soak(nodes: int, open_jobs: int, minutes: float, batch: int, spacing_ms: int) -> dict[str, Any]:
+def soak(nodes: int, open_jobs: int, minutes: float, batch: int, spacing_ms: int,
+         retention_h: float) -> dict[str, Any]:
     pipeline = _pipeline(nodes)
+    pipeline.job_retention = timedelta(hours=retention_h)
     load = Load(nodes, open_jobs, spacing_ms=spacing_ms)
     opening = load.opening()
     for i in range(0, len(opening), batch):
@@ -210,6 +212,9 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--spacing-ms", type=int, default=3)
+    parser.add_argument("--retention-h", type=float, default=2.0,
+                        help="ended jobs kept this long (event time; 24 h in service, "
+                             "shortened like the soak's time)")
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
@@ -226,7 +231,7 @@ def main() -> None:
         print("  " + json.dumps(row), flush=True)
     print(f"soak, {opts.minutes} min, {opts.attempts} attempts churning:")
     print(json.dumps(soak(opts.nodes, opts.attempts, opts.minutes, opts.batch,
-                                opts.spacing_ms), indent=2))
+                                opts.spacing_ms, opts.retention_h), indent=2))
 
 
 if __name__ == "__main__":
