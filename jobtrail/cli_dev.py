@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import click
 
@@ -28,17 +30,26 @@ def kafka_fetch() -> None:
     click.echo(str(broker.fetch()))
 
 
+def _running(service: ModuleType, directory: Path) -> Any:
+    """The dev service started from `directory`: the one running there, or a new one."""
+    running = service.load(directory)
+    return running if running and service.alive(running) else service.start(directory)
+
+
+def _stop(service: ModuleType, directory: Path) -> None:
+    running = service.load(directory)
+    if running:
+        service.stop(running)
+    click.echo("stopped")
+
+
 @kafka.command("start")
 @click.option("--dir", "directory", type=click.Path(path_type=Path), default=_BROKER_DIR)
 def kafka_start(directory: Path) -> None:
     """Start the broker; prints the bootstrap address (export it as JOBTRAIL_KAFKA)."""
     from jobtrail.dev import kafka as broker
 
-    running = broker.load(directory)
-    if running and broker.alive(running):
-        click.echo(running.bootstrap)
-        return
-    click.echo(broker.start(directory).bootstrap)
+    click.echo(_running(broker, directory).bootstrap)
 
 
 @kafka.command("stop")
@@ -47,10 +58,7 @@ def kafka_stop(directory: Path) -> None:
     """Stop the broker started from DIR (by pid)."""
     from jobtrail.dev import kafka as broker
 
-    running = broker.load(directory)
-    if running:
-        broker.stop(running)
-    click.echo("stopped")
+    _stop(broker, directory)
 
 
 @kafka.command("status")
@@ -81,11 +89,7 @@ def clickhouse_start(directory: Path) -> None:
     """Start it; prints its URL (export it as JOBTRAIL_CLICKHOUSE)."""
     from jobtrail.dev import clickhouse as server
 
-    running = server.load(directory)
-    if running and server.alive(running):
-        click.echo(running.dsn)
-        return
-    click.echo(server.start(directory).dsn)
+    click.echo(_running(server, directory).dsn)
 
 
 @clickhouse.command("stop")
@@ -94,7 +98,4 @@ def clickhouse_stop(directory: Path) -> None:
     """Stop the server started from DIR (by pid); its data stays under DIR."""
     from jobtrail.dev import clickhouse as server
 
-    running = server.load(directory)
-    if running:
-        server.stop(running)
-    click.echo("stopped")
+    _stop(server, directory)

@@ -109,6 +109,17 @@ def wait_caught_up(bootstrap: str, group: str, topics: list[str], worker: Worker
                          f"{lag(bootstrap, group, topics)}")
 
 
+def run_to_end(worker: Worker, bootstrap: str, group: str, topics: list[str]) -> int:
+    """Start the worker, wait until its group committed the end of `topics`, stop it;
+    returns its exit code."""
+    worker.start()
+    try:
+        wait_caught_up(bootstrap, group, topics, worker)
+    finally:
+        code = worker.stop()
+    return code
+
+
 def stats(home: Path) -> dict[str, Any]:
     out = subprocess.run([*JOBTRAIL, "--home", str(home), "stats"], capture_output=True,
                          text=True, timeout=120, check=True)

@@ -16,7 +16,14 @@ from jobtrail import sample
 from jobtrail.config import Settings
 from jobtrail.kafka_io import publish_sync
 from schemas.dead_letters import DeadLetter
-from tests.integration.kafka_helpers import Worker, lag, produce_raw, stats, wait_caught_up
+from tests.integration.kafka_helpers import (
+    Worker,
+    lag,
+    produce_raw,
+    run_to_end,
+    stats,
+    wait_caught_up,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -141,12 +148,7 @@ def test_signed_messages_are_trusted_and_anything_else_is_checked(
     worker = Worker(kafka_broker, tmp_path / "home", prefix, app_id)
     worker.env.update({"JOBTRAIL_WIRE_KEY": key.decode(), "JOBTRAIL_CLICKHOUSE": clickhouse_server,
                        "JOBTRAIL_DATABASE": database})
-    worker.start()
-    try:
-        wait_caught_up(kafka_broker, app_id, [settings.topic("events"), settings.topic("dlq")],
-                       worker)
-    finally:
-        worker.stop()
+    run_to_end(worker, kafka_broker, app_id, [settings.topic("events"), settings.topic("dlq")])
     client = clickhouse_connect.get_client(dsn=clickhouse_server, database=database)
     assert client.query("SELECT count() FROM events FINAL").result_rows[0][0] == 301
     note = client.query("SELECT message FROM events WHERE id = 'unsigned-1'").result_rows

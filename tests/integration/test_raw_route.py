@@ -16,7 +16,7 @@ from ingest.raw import decode_raw
 from jobtrail.config import Settings
 from jobtrail.kafka_io import ensure_topics
 from schemas.events import Event
-from tests.integration.kafka_helpers import Worker, stats, wait_caught_up
+from tests.integration.kafka_helpers import Worker, run_to_end, stats
 
 pytestmark = pytest.mark.kafka
 FIXTURES = Path(__file__).parent.parent / "ingest" / "fixtures"
@@ -64,12 +64,7 @@ def test_raw_topic_runs_the_adapters(kafka_broker: str, tmp_path: Path) -> None:
     assert len(expected) >= 15 and dead == 6
     _produce(kafka_broker, settings.topic("raw"), messages)
     worker = Worker(kafka_broker, tmp_path / "home", prefix, app_id)
-    worker.start()
-    try:
-        wait_caught_up(kafka_broker, app_id, [settings.topic(t) for t in ("raw", "events", "dlq")],
-                       worker)
-    finally:
-        worker.stop()
+    run_to_end(worker, kafka_broker, app_id, [settings.topic(t) for t in ("raw", "events", "dlq")])
     counts = stats(tmp_path / "home")
     assert counts["duplicate_event_ids"] == 0
     assert counts["final"]["events"] == len(expected)

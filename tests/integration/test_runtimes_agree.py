@@ -21,7 +21,7 @@ from ingest.canonical import decode
 from jobtrail import sample
 from jobtrail.config import Settings
 from jobtrail.kafka_io import publish_sync
-from tests.integration.kafka_helpers import JOBTRAIL, Worker, wait_caught_up
+from tests.integration.kafka_helpers import JOBTRAIL, Worker, run_to_end, wait_caught_up
 
 pytestmark = pytest.mark.kafka
 
@@ -119,12 +119,7 @@ def test_embedded_and_faust_give_identical_timelines(kafka_broker: str, tmp_path
     publish_sync(settings, decode(_input(), producer="file", observed_at=datetime.now(UTC)))
     worker = Worker(kafka_broker, tmp_path / "faust", prefix, app_id, batch_size=2)
     worker.env.update({"JOBTRAIL_TOPOLOGY": str(topology), "JOBTRAIL_WIRE_BATCH": "2"})
-    worker.start()
-    try:
-        wait_caught_up(kafka_broker, app_id, [settings.topic("events"), settings.topic("dlq")],
-                       worker)
-    finally:
-        worker.stop()
+    run_to_end(worker, kafka_broker, app_id, [settings.topic("events"), settings.topic("dlq")])
 
     faust_rows = _timeline(tmp_path / "faust", env)
     embedded_rows = _timeline(embedded, env)
@@ -159,11 +154,7 @@ def test_fabric_scenario_on_faust(kafka_broker: str, tmp_path: Path) -> None:
     worker = Worker(kafka_broker, tmp_path / "faust", prefix, app_id, batch_size=1)
     worker.env.update({"JOBTRAIL_TOPOLOGY": str(topology), "JOBTRAIL_WIRE_BATCH": "1",
                        "JOBTRAIL_ATTRIBUTION_SLACK_S": "10"})
-    worker.start()
-    try:
-        wait_caught_up(kafka_broker, app_id, [settings.topic("events")], worker)
-    finally:
-        worker.stop()
+    run_to_end(worker, kafka_broker, app_id, [settings.topic("events")])
     env = {k: v for k, v in os.environ.items() if k != "JOBTRAIL_KAFKA"}
     rows = {}
     for job in scenario.jobs:
@@ -254,12 +245,7 @@ def test_the_scenario_library_gives_identical_incident_logs_in_both_runtimes(
                                   observed_at=datetime.now(UTC)))
     worker = Worker(kafka_broker, tmp_path / "faust", prefix, app_id, batch_size=100)
     worker.env.update({"JOBTRAIL_TOPOLOGY": str(topology), "JOBTRAIL_WIRE_BATCH": "20"})
-    worker.start()
-    try:
-        wait_caught_up(kafka_broker, app_id, [settings.topic("events"), settings.topic("dlq")],
-                       worker)
-    finally:
-        worker.stop()
+    run_to_end(worker, kafka_broker, app_id, [settings.topic("events"), settings.topic("dlq")])
     faust_log = _incident_logs(tmp_path / "faust", env)
     assert len({r[0] for r in faust_log}) >= 14
     assert faust_log == _incident_logs(embedded, env)
