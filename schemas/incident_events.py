@@ -65,6 +65,9 @@ class SignalAdded(Payload):
     flag: str = ""
     detail: str = ""
     linked: str = ""
+    count: int = Field(default=1, ge=1)
+    """Signals this event stands for: more than one once an incident holds
+    `max_signal_evidence` of them (the ones folded in since the last, and this one)."""
 
 
 class EvidenceAttached(Payload):

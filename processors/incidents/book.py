@@ -104,6 +104,8 @@ class Book:
     symptom_counts: dict[tuple[AttemptKey, str], int] = field(default_factory=dict)
     refused: int = 0
     opened_observed: dict[str, datetime] = field(default_factory=dict)
+    folded: dict[str, int] = field(default_factory=dict)
+    """incident -> signals counted past `max_signal_evidence` and not yet logged"""
     out: list[IncidentEvent] = field(default_factory=list)
 
     # --- reading ------------------------------------------------------------------------

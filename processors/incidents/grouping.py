@@ -153,6 +153,9 @@ def self_impact(d: Detector, inc_id: str, event: Event, rule: SignalRule) -> Non
 def join(d: Detector, inc_id: str, signal: Signal) -> None:
     event, rule = signal.event, signal.rule
     inc = d.book.incidents[inc_id]
+    if inc.signals >= d.rules.max_signal_evidence:
+        fold(d, inc_id, signal)
+        return
     repeat = bool(inc.jobs) and any(j.restarted_attempt is not None for j in inc.jobs.values())
     payload = ev.SignalAdded(event_id=event.id, rule=rule.name, flag="repeat") if repeat \
         else ev.SignalAdded(event_id=event.id, rule=rule.name)
@@ -162,6 +165,21 @@ def join(d: Detector, inc_id: str, signal: Signal) -> None:
         from processors.incidents import severity
 
         severity.assess(d, inc_id, event.time, rule.name)
+
+
+def fold(d: Detector, inc_id: str, signal: Signal) -> None:
+    """A signal past the incident's `max_signal_evidence`: counted, and logged only as one
+    `signal_added` (with the count) per quarter of the group window, which keeps the
+    incident open for as long as the condition lasts."""
+    book, event = d.book, signal.event
+    folded = book.folded.get(inc_id, 0) + 1
+    last = book.incidents[inc_id].last_signal_at
+    if last is not None and event.time - last < timedelta(seconds=d.rules.group_window_s / 4):
+        book.folded[inc_id] = folded
+        return
+    book.folded.pop(inc_id, None)
+    book.emit(inc_id, ev.SignalAdded(event_id=event.id, rule=signal.rule.name, count=folded),
+              event.time, signal.rule.name, event.id)
 
 
 def reach(d: Detector, rows: Sequence[TimelineRow]) -> None:

@@ -303,7 +303,7 @@ def _(p: ev.IncidentOpened, inc: Incident, event: IncidentEvent) -> None:
 @_evolve.register
 def _(p: ev.SignalAdded, inc: Incident, event: IncidentEvent) -> None:
     if p.event_id:
-        inc.signals += 1
+        inc.signals += p.count
         inc.last_signal_at = max(filter(None, (inc.last_signal_at, event.time)))
     if p.linked:
         inc.linked = tuple(sorted({*inc.linked, p.linked}))

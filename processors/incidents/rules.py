@@ -218,6 +218,10 @@ class Rules(_Strict):
     max_symptom_evidence: int = Field(default=64, ge=1)
     """Per attempt and event type: a 4096-rank job's timeouts are 64 references, not 4096
     (every one stays on the job's timeline; the incident counts the rest)."""
+    max_signal_evidence: int = Field(default=64, ge=1)
+    """Per incident: past it a sustained condition (a GPU ticking correctable errors for
+    days) is counted in one `signal_added` per quarter group window, not logged and attached
+    signal by signal, so an incident's log and a worker's memory stay bounded."""
     classes: dict[str, FailureClass] = Field(default_factory=dict)
     signals: list[SignalRule] = Field(default_factory=list)
     symptoms: list[SymptomRule] = Field(default_factory=list)

@@ -137,3 +137,22 @@ def test_proposed_follow_ups_are_accepted_edited_or_dismissed_in_the_log() -> No
     assert (state.actions[off].status, state.actions[off].owner,
             state.actions[off].reason) == ("dismissed", "dc-ops", "GPU replaced")
     assert fold(log)[inc.id].actions == state.actions
+
+
+def test_a_sustained_condition_is_counted_past_the_cap_not_logged_signal_by_signal() -> None:
+    """A GPU ticking correctable errors for a day: the first `max_signal_evidence` signals
+    are attached one by one, the rest counted in one signal_added per quarter group window;
+    the incident stays open, its count stays exact up to what is still being folded."""
+    sbe = [ev("node.ecc", at(0, 20 * i), scope="gpu", entity="node-003/gpu1", node="node-003",
+              attributes={"gpu": "1", "kind": "sbe", "count": 1}) for i in range(3 * 24 * 60)]
+    log, p = run(sbe, batch=500)
+    (inc,) = incidents(log)
+    cap, quarter = p.detector.rules.max_signal_evidence, p.detector.rules.group_window_s / 4
+    assert inc.status == "open" and len(inc.evidence) == cap
+    folded = p.detector.book.folded.get(inc.id, 0)
+    assert inc.signals + folded == len(sbe)
+    beats = [e for e in log if e.kind == "signal_added" and e.data.get("count", 1) > 1]
+    assert beats and all(b.time - a.time >= timedelta(seconds=quarter)
+                         for a, b in zip(beats, beats[1:], strict=False))
+    # bounded: one entry per quarter window past the cap, not two per signal
+    assert len(log) < 3 * cap + len(sbe) * 20 / quarter + 20
