@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from pathlib import Path
 
@@ -153,6 +154,6 @@ def test_a_sustained_condition_is_counted_past_the_cap_not_logged_signal_by_sign
     assert inc.signals + folded == len(sbe)
     beats = [e for e in log if e.kind == "signal_added" and e.data.get("count", 1) > 1]
     assert beats and all(b.time - a.time >= timedelta(seconds=quarter)
-                         for a, b in zip(beats, beats[1:], strict=False))
+                         for a, b in itertools.pairwise(beats))
     # bounded: one entry per quarter window past the cap, not two per signal
     assert len(log) < 3 * cap + len(sbe) * 20 / quarter + 20
