@@ -7,7 +7,8 @@ parameter (`{project:String}`); no user input is ever formatted into SQL.
 Write order matters for "nothing lost": derived rows (timeline, attempts) go first and the
 canonical events last, because the sink treats "id already in `events`" as "fully processed".
 A crash between the two leaves derived rows that the replay writes again; ReplacingMergeTree
-collapses them and every read uses FINAL.
+collapses them and reads use FINAL (or, for the entity timeline over `events`, `LIMIT 1
+BY id` on the matching rows, which is exact there and much cheaper).
 
 By concern: row shapes and codecs in `store_rows.py`, the retry policy in `store_retry.py`,
 the incident log and its projections in `store_incidents.py` (a base class of `Store`).
