@@ -366,6 +366,7 @@ def _register() -> None:
         cli_incidents,
         cli_ingest,
         cli_postmortem,
+        cli_topology,
     )
 
     main.add_command(cli_dev.dev)
@@ -377,6 +378,7 @@ def _register() -> None:
     main.add_command(cli_incidents.replay)
     main.add_command(cli_postmortem.postmortem)
     main.add_command(cli_postmortem.followups)
+    main.add_command(cli_topology.topology)
     main.add_command(cli_postmortem.scenario)
     for command in cli_alerts.COMMANDS:
         main.add_command(command)
