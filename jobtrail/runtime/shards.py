@@ -158,9 +158,18 @@ class Shards:
     def verify(self, partitions: set[int]) -> None:
         """At assignment, before any record arrives (a group at the end of its topics gets
         none): refuse a store that lacks what the group committed (`PartialStore`)."""
-        for partition in sorted(partitions - set(self.held)):
-            if self.store.load_state(self.app_id, self._key(partition)) is not None:
-                continue
+        unheld = sorted(partitions - set(self.held))
+        if not unheld:
+            return
+        # one cheap query for all of them: a rebalance must not wait on state bodies
+        saved = {row[0] for row in self.store.retry.run(lambda: self.store.client.query(
+            "SELECT DISTINCT shard FROM worker_state WHERE app_id = {app:String}",
+            parameters={"app": self.app_id})).result_rows}
+        unsaved = [p for p in unheld if self._key(p) not in saved]
+        group = self.reader.committed(self.events_topic) if unsaved else {}
+        for partition in unsaved:
+            if partition not in group:
+                continue  # nothing committed: nothing the store could lack
             committed, earliest, _ = self.reader.bounds(self.events_topic, partition)
             if committed is not None and committed > earliest:
                 self._check_store_holds(partition, earliest, committed)
