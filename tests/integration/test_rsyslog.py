@@ -164,6 +164,8 @@ def test_rsyslog_ships_lines_once_across_restart_and_outage(
     finally:
         if daemon.proc is not None:
             daemon.stop()
+        if not kafka.alive(kafka_broker_process[0]):  # the session's broker, for the next tests
+            kafka_broker_process[0] = kafka.restart(kafka_broker_process[0])
 
     # on the wire: every line, and a line sent twice only as the same envelope byte for byte
     # (what librdkafka held at shutdown is both resubmitted and kept in failedMsgFile), which
