@@ -32,11 +32,11 @@ import faust
 from ingest.adapters import registry
 from ingest.raw import decode_raw, text_headers
 from ingest.redact import clip
-from jobtrail.app import build_sink, open_store
 from jobtrail.config import Settings
-from jobtrail.kafka_io import PartitionReader, Record, batch_by_cluster, sign, signed
+from jobtrail.runtime.build import build_sink, open_store
+from jobtrail.runtime.kafka_io import PartitionReader, Record, batch_by_cluster, sign, signed
 from jobtrail.runtime.shards import Shards
-from jobtrail.store_retry import RetryPolicy, StoreUnavailable
+from jobtrail.store.retry import RetryPolicy, StoreUnavailable
 from processors.incidents.model import IncidentEvent
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
@@ -267,7 +267,7 @@ def _ts(seconds: float) -> Any:
 
 def run_worker(settings: Settings, loglevel: str = "warning") -> None:
     """Run the worker until stopped (blocks); topics are created first."""
-    from jobtrail.kafka_io import ensure_topics, partition_counts
+    from jobtrail.runtime.kafka_io import ensure_topics, partition_counts
 
     asyncio.run(ensure_topics(settings))
     counts = asyncio.run(partition_counts(settings, ("events", "incident-commands")))

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ingest.canonical import decode
-from jobtrail import sample
 from jobtrail.config import Settings
-from jobtrail.kafka_io import publish_sync
+from jobtrail.learn import sample
+from jobtrail.runtime.kafka_io import publish_sync
 from schemas.events import Event
 from tests.integration.kafka_helpers import JOBTRAIL, Worker, lag
 
