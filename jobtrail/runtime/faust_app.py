@@ -12,7 +12,7 @@ restarted or new owner of a partition loads its saved state and replays from Kaf
 between that state and the committed offset, so its state is the uninterrupted one's, and so
 is the incident log.
 
-Two Faust caveats shape this (see ../shared/notes/stack.md): agents keep `concurrency=1`
+Two Faust caveats shape this (faust-streaming issues #606 and #177): agents keep `concurrency=1`
 (higher can commit past an in-flight message), and `take_events` acks its buffer in a
 `finally`, even when the body raised. So a write that still fails after the retry budget
 must not raise into Faust: the worker logs and exits the process without acking, and the
