@@ -34,7 +34,7 @@ from tests.integration.load_kit import (
     wait,
 )
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def _free_port() -> int:

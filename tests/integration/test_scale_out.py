@@ -28,7 +28,7 @@ from tests.integration.load_kit import (
     wait,
 )
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def test_keyed_by_cluster_several_partitions_give_the_one_process_result(
