@@ -32,7 +32,7 @@ if [ ${#live_apt[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     --no-install-recommends "${live_apt[@]}"
   [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
 fi
-bash scripts/setup.sh
+bash scripts/setup.sh --dev
 V=${JOBTRAIL_VENV:-.venv}/bin
 "$V/jobtrail" dev kafka fetch
 "$V/ruff" check .

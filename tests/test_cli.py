@@ -73,11 +73,11 @@ def test_schema_export_covers_every_type(tmp_path: Path) -> None:
 
 def test_the_sample_events_file_is_the_demo_sample() -> None:
     """examples/sample-events.jsonl (the README's cluster-mode input) is what `jobtrail demo`
-    loads; regenerate it with `python -c "from jobtrail import sample; print(sample.jsonl(),
+    loads; regenerate it with `python -c "from jobtrail.learn import sample; print(sample.jsonl(),
     end='')" > examples/sample-events.jsonl`."""
     from pathlib import Path
 
-    from jobtrail import sample
+    from jobtrail.learn import sample
 
     path = Path(__file__).resolve().parent.parent / "examples" / "sample-events.jsonl"
     assert path.read_text() == sample.jsonl().rstrip("\n") + "\n"

@@ -24,7 +24,7 @@ import pytest
 
 from jobtrail.config import Settings
 from jobtrail.dev import kafka
-from jobtrail.kafka_io import ensure_topics
+from jobtrail.runtime.kafka_io import ensure_topics
 from tests.integration.kafka_helpers import Worker, consume_all, run_to_end
 
 pytestmark = pytest.mark.kafka

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from ingest.canonical import decode
-from jobtrail import sample
 from jobtrail.config import Settings
-from jobtrail.kafka_io import publish_sync
+from jobtrail.learn import sample
+from jobtrail.runtime.kafka_io import publish_sync
 from tests.integration.kafka_helpers import Worker, run_to_end, stats
 
 pytestmark = pytest.mark.kafka
