@@ -18,7 +18,7 @@ import pytest
 
 from tests.trust_kit import free_port
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 

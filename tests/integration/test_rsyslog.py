@@ -27,7 +27,7 @@ from jobtrail.dev import kafka
 from jobtrail.runtime.kafka_io import ensure_topics
 from tests.integration.kafka_helpers import Worker, consume_all, run_to_end
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 RENDER = ROOT / "deploy" / "rsyslog" / "render.sh"
 OMKAFKA = Path("/usr/lib/x86_64-linux-gnu/rsyslog/omkafka.so")
