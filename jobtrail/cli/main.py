@@ -338,6 +338,7 @@ def schema_types() -> None:
 def _register() -> None:
     from jobtrail.cli import (
         alerts,
+        collect,
         dev,
         grafana,
         incidents,
@@ -357,6 +358,7 @@ def _register() -> None:
     main.add_command(postmortem.followups)
     main.add_command(postmortem.scenario)
     main.add_command(topology.topology)
+    main.add_command(collect.collect)
     for command in alerts.COMMANDS:
         main.add_command(command)
 
