@@ -269,3 +269,38 @@ def test_firing_alert_opens_the_incident_resolved_ends_the_signal(
     after = _incident(s, opened[0]["incident_id"])
     assert _signals(after) == _signals(again)
     assert len(_incidents(s)) == 1
+
+
+def test_every_shipped_alert_maps_to_an_event() -> None:
+    """Each rule's alert, with the labels and annotations it carries, is read by the
+    Alertmanager mapping (no dead letter), firing and resolved."""
+    import json as _json
+    from datetime import UTC, datetime
+
+    from ingest.adapters import Context, registry, run
+    from schemas.events import Event
+
+    rules = yaml.safe_load((DEPLOY / "gpu-health.rules.yml").read_text())
+    # what the exporters' series carry, as Prometheus would fill the templates
+    filled = {"node": NODE, "xid": "79", "filesystem": "/lustre/scratch", "used_pct": "96.5",
+              "kind": "dbe"}
+    # node exporter targets carry `node` from relabel_configs (deploy/prometheus/prometheus.yml)
+    series = {"gpu": "3", "Hostname": NODE, "node": NODE, "device": "mlx5_0", "port": "1",
+              "mountpoint": "/lustre/scratch", "instance": f"{NODE}:9400", "job": "dcgm"}
+    adapter = registry()["alertmanager"]
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            labels = {**series, "alertname": rule["alert"], "cluster": "cluster-a",
+                      **{k: filled.get(k, v) for k, v in rule["labels"].items()}}
+            annotations = {k: filled.get(k, "text") for k in rule["annotations"]}
+            for status, ends in (("firing", "0001-01-01T00:00:00Z"),
+                                 ("resolved", "2026-12-06T01:05:00Z")):
+                body = {"version": "4", "status": status, "receiver": "jobtrail",
+                        "groupKey": "{}:{}", "alerts": [{
+                            "status": status, "labels": labels, "annotations": annotations,
+                            "startsAt": "2026-12-06T01:00:00Z", "endsAt": ends,
+                            "fingerprint": "0e20b5e20b872ad4"}]}
+                out = run(adapter, _json.dumps(body), Context(
+                    producer="am", observed_at=datetime.now(UTC), origin="t"))
+                assert len(out) == 1 and isinstance(out[0], Event), (rule["alert"], out)
+                assert out[0].cluster == "cluster-a"
