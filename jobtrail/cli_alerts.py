@@ -112,8 +112,6 @@ def subscribe(ctx: click.Context, name: str, owner: str, matchers: tuple[str, ..
             target, shown = secrets.put(f"{sub_id}/url", url), hint(url)
         elif url_env:
             _check_env(secrets, "--url-env", url_env)
-            if secrets.env.get(url_env):
-                _check_url(ctx, "--url-env", secrets.env[url_env])
             target, shown = f"env:{url_env}", f"${url_env}"
         else:
             raise click.UsageError(f"--channel {channel} needs --url or --url-env")
@@ -238,8 +236,10 @@ def silence(ctx: click.Context, matchers: tuple[str, ...], length: str, until: s
     acts as an operator: without --project the silence covers every project."""
     import hashlib
 
+    from ingest.redact import redact_text
     from processors.notify.model import Matcher, Silence, silence_length
 
+    by = redact_text(by)  # free text, stored and listed
     now = datetime.now(UTC)
     if bool(length) == bool(until):
         raise click.UsageError("give --for or --until")

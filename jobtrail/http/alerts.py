@@ -88,16 +88,15 @@ def _build(body: dict[str, Any], who: Any, secrets: Any, settings: Any) -> tuple
     elif channel.get("url"):
         url = str(channel["url"])
     elif channel.get("url_env"):
+        # the operator's variable: its URL is checked at every send, like every URL
         target, shown = f"env:{channel['url_env']}", f"${channel['url_env']}"
-        url = str(secrets.env.get(str(channel["url_env"])) or "")  # checked when it is set
     else:
         raise ValueError("channel: url, url_env (or, for email, to) is required")
     if url:
         try:
             egress.check_url(url, policy)
         except egress.ChannelRefused as exc:
-            _channel_fail("channel.url_env" if channel.get("url_env") and not channel.get(
-                "url") else "channel.url", str(exc))
+            _channel_fail("channel.url", str(exc))
     matchers = [Matcher.parse(str(m)) for m in body.get("matchers") or []]
     spec = {k: body[k] for k in ("on", "mode", "digest_cron", "timezone", "quiet",
                                  "rate_limit", "wait_s", "repeat_s", "max_repeats",

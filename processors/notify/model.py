@@ -193,7 +193,7 @@ class Subscription(BaseModel):
     """The principal that made it (HTTP); only it, or an operator, may replace or delete
     it. '' for an operator's (the CLI's)."""
 
-    @field_validator("name", "owner", "disabled_reason", "created_by")
+    @field_validator("name", "owner", "disabled_reason")
     @classmethod
     def _redacted(cls, v: str) -> str:
         return redact_text(v)  # stored and listed: the same redaction as events
@@ -240,13 +240,14 @@ class Silence(BaseModel):
     ends: datetime
     reason: str = Field(min_length=1)
     by: str = ""
+    """Who made it: the caller's principal (HTTP), or the CLI's --by, redacted there."""
     projects: tuple[str, ...] = ()
     """The incidents' projects it covers; () covers none (a silence made before this rule
     with () is inert)."""
     all_projects: bool = False
     """Covers every project: only an operator's silence (the CLI, an operator token)."""
 
-    @field_validator("reason", "by")
+    @field_validator("reason")
     @classmethod
     def _redacted(cls, v: str) -> str:
         return redact_text(v)
