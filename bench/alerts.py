@@ -74,7 +74,10 @@ def bench_decide(logs: dict[str, list[Any]], subs: list[Any]) -> dict[str, float
 def bench_deliver(logs: dict[str, list[Any]], subs: list[Any], limit: int) -> dict[str, float]:
     from jobtrail.alerts.secrets import Secrets, new_signing_secret
     from jobtrail.alerts.store import AlertStore
+    from jobtrail.alerts.egress import Policy
     from jobtrail.alerts.worker import Deliverer, http_post
+
+    loopback = Policy.from_hosts(["127.0.0.1"])  # the same policy the deliverer runs under
     from jobtrail.config import Settings
     from jobtrail.store import Store
     from processors.incidents.model import IncidentEvent
@@ -111,7 +114,7 @@ def bench_deliver(logs: dict[str, list[Any]], subs: list[Any], limit: int) -> di
         started = time.perf_counter()
         for body, msg_id in bodies:
             t0 = time.perf_counter()
-            http_post(f"{box.url}/raw", body, {"webhook-id": msg_id})
+            http_post(f"{box.url}/raw", body, {"webhook-id": msg_id}, policy=loopback)
             raw.append((time.perf_counter() - t0) * 1000)
         raw_took = time.perf_counter() - started
     n = len(sent)
