@@ -72,9 +72,9 @@ def bench_decide(logs: dict[str, list[Any]], subs: list[Any]) -> dict[str, float
 
 
 def bench_deliver(logs: dict[str, list[Any]], subs: list[Any], limit: int) -> dict[str, float]:
+    from jobtrail.alerts.egress import Policy
     from jobtrail.alerts.secrets import Secrets, new_signing_secret
     from jobtrail.alerts.store import AlertStore
-    from jobtrail.alerts.egress import Policy
     from jobtrail.alerts.worker import Deliverer, http_post
 
     loopback = Policy.from_hosts(["127.0.0.1"])  # the same policy the deliverer runs under
