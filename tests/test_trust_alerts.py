@@ -544,3 +544,64 @@ def test_the_dev_clickhouse_server_wants_its_password(clickhouse_server: str) ->
     finally:
         store.client.command("DROP DATABASE IF EXISTS t_auth_probe")
         store.close()
+
+
+@pytest.fixture
+def tls_box(tmp_path: Path) -> Iterator[tuple[str, list[str], list[str], Path]]:
+    """An HTTPS receiver on 127.0.0.1 with a certificate for hooks.example only (made by the
+    openssl CLI); yields its port, the SNI names and Host headers it saw, and the cert."""
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl CLI")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=hooks.example",
+                    "-addext", "subjectAltName=DNS:hooks.example"],
+                   check=True, capture_output=True, timeout=60)
+    names: list[str] = []
+    hosts: list[str] = []
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    context.sni_callback = lambda sock, name, ctx: names.append(str(name)) or None
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            hosts.append(self.headers.get("Host", ""))
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield str(server.server_address[1]), names, hosts, cert
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_https_goes_to_the_checked_address_with_the_name_in_sni_and_host(
+        tls_box: tuple[str, list[str], list[str], Path]) -> None:
+    import ssl
+
+    port, names, hosts, cert = tls_box
+    trust = ssl.create_default_context(cafile=str(cert))
+    dns = _resolver({"hooks.example": ["127.0.0.1"], "other.example": ["127.0.0.1"]})
+    policy = Policy.from_hosts(["127.0.0.1"])
+    answer = egress.post(f"https://hooks.example:{port}/x", b"{}", {}, policy=policy,
+                         resolver=dns, tls=trust)
+    assert answer.code == 204, answer
+    assert names == ["hooks.example"] and hosts == [f"hooks.example:{port}"]
+    # the certificate is checked against the name, not the address connected to
+    wrong = egress.post(f"https://other.example:{port}/x", b"{}", {}, policy=policy,
+                        resolver=dns, tls=trust)
+    assert wrong.code == 0 and "certificate" in wrong.error.lower(), wrong
+    assert hosts == [f"hooks.example:{port}"]

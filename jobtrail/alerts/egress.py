@@ -250,7 +250,8 @@ def resolve(target: Target, policy: Policy, resolver: Resolver) -> list[IP]:
 class _Pinned(http.client.HTTPConnection):
     """An HTTP connection to a checked address that says the name in its Host header."""
 
-    def __init__(self, target: Target, ip: IP, timeout: float) -> None:
+    def __init__(self, target: Target, ip: IP, timeout: float,
+                 tls: ssl.SSLContext | None = None) -> None:
         super().__init__(target.host, target.port, timeout=timeout)
         self._ip = str(ip)
 
@@ -261,8 +262,9 @@ class _Pinned(http.client.HTTPConnection):
 class _PinnedTLS(http.client.HTTPSConnection):
     """The same over TLS: the certificate is checked against the name (SNI too)."""
 
-    def __init__(self, target: Target, ip: IP, timeout: float) -> None:
-        self._tls = ssl.create_default_context()
+    def __init__(self, target: Target, ip: IP, timeout: float,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self._tls = tls or ssl.create_default_context()
         super().__init__(target.host, target.port, timeout=timeout, context=self._tls)
         self._ip = str(ip)
 
@@ -280,8 +282,10 @@ class Answer:
 
 
 def post(url: str, body: bytes, headers: Mapping[str, str], *, policy: Policy,
-         resolver: Resolver = system_resolver, timeout_s: float = 10.0) -> Answer:
-    """POST `body` to `url` under `policy`; never raises (every failure is an Answer)."""
+         resolver: Resolver = system_resolver, timeout_s: float = 10.0,
+         tls: ssl.SSLContext | None = None) -> Answer:
+    """POST `body` to `url` under `policy`; never raises (every failure is an Answer).
+    `tls`: the trust store (default: the system's)."""
     try:
         target = parse(url)
         addresses = resolve(target, policy, resolver)
@@ -292,7 +296,7 @@ def post(url: str, body: bytes, headers: Mapping[str, str], *, policy: Policy,
     last = ""
     for ip in addresses:
         kind = _PinnedTLS if target.scheme == "https" else _Pinned
-        conn = kind(target, ip, timeout_s)
+        conn = kind(target, ip, timeout_s, tls)
         try:
             conn.request("POST", target.path, body=body, headers={
                 "Content-Type": "application/json", "User-Agent": "jobtrail-alerts",
