@@ -2,9 +2,11 @@
 
 Project-bound like every route: a token creates subscriptions bound to its projects (a
 subset it names, or all of them) and sees only subscriptions bound within its projects;
-nobody subscribes to what they cannot read. Channel URLs and signing secrets go to the
-secret store, never to the subscription record or a response (the generated signing secret
-is returned once, when it is made).
+nobody subscribes to what they cannot read. A token changes, deletes and test-sends only the
+subscriptions it made (`created_by`); its silences cover its projects, never all. Channel
+URLs are checked against the channel policy when they are given (`jobtrail.alerts.egress`)
+and, with signing secrets, go to the secret store, never to the subscription record or a
+response (the generated signing secret is returned once, when it is made).
 """
 
 from __future__ import annotations
