@@ -213,10 +213,11 @@ def test_send(ctx: click.Context, sub_id: str) -> None:
     """Send a test message over the subscription's channel now."""
     from jobtrail.alerts.worker import Deliverer
 
-    attempt = Deliverer(_alerts(ctx), _secrets(ctx), _settings(ctx)).test_send(
-        _one(ctx, sub_id))
+    deliverer = Deliverer(_alerts(ctx), _secrets(ctx), _settings(ctx))
+    attempt = deliverer.test_send(_one(ctx, sub_id))
+    why = deliverer.last_detail or attempt.error  # the operator sees the full reason
     click.echo(f"{attempt.status} {attempt.code} in {attempt.latency_ms} ms"
-               + (f": {attempt.error}" if attempt.error else ""))
+               + (f": {why}" if attempt.status != "test" and why else ""))
     if attempt.status != "test":
         raise SystemExit(1)
 

@@ -507,6 +507,13 @@ def test_cli_errors_are_messages_not_tracebacks(tmp_path: Path) -> None:
                 "x", check=False)
     assert naive.returncode == 1 and "time zone" in naive.stderr
     assert "Traceback" not in naive.stderr
+    for option, value in (("--url", "http://2130706433:8123/"),
+                          ("--url", "http://127.0.0.1:1\\@example.com/x"),
+                          ("--url-env", "JOBTRAIL_WIRE_KEY")):
+        made = cli(home, "subscribe", "x", "--owner", "team:x", "--channel", "slack", option,
+                   value, check=False)
+        assert made.returncode == 2 and option in made.stderr, made.stderr
+        assert "Traceback" not in made.stderr
     scenario = tmp_path / "scenario.yaml"
     for text, says in (("events:\n  - {type: job.started, at: 0s, job: j1}\n", "name: required"),
                        ("- 1\n- 2\n", "a scenario is a mapping"),

@@ -178,6 +178,9 @@ class Deliverer:
         self.secrets = secrets
         self.settings = settings
         self.policy = egress.Policy.from_hosts(settings.alert_hosts)
+        self.last_detail = ""
+        """The full reason of the last failed attempt (for an operator's CLI; a subscriber
+        reads `egress.describe`'s one sentence)."""
         self.http: HttpSend = http or functools.partial(
             http_post, policy=self.policy, resolver=resolver,
             timeout_s=getattr(settings, "alert_timeout_s", 10.0))
@@ -298,6 +301,7 @@ class Deliverer:
     def _error(self, sub: Subscription, reply: Reply) -> str:
         """What the attempt row (which the subscriber reads) says; the details of a refusal
         or a no-answer go to the server log only (`egress.describe`)."""
+        self.last_detail = reply.error
         if sub.channel.kind == "email" or reply.code > 0 or not reply.error or reply.own:
             return reply.error
         log.warning("subscription %s (%s): %s", sub.id, sub.owner, reply.error)
