@@ -132,8 +132,9 @@ def test_an_opened_address_opens_only_itself(box: Receiver) -> None:
                        resolver=names).code == 200
     assert [r.path for r in box.requests] == ["/ok", "/named"]
     only_names = Policy.from_hosts(["hooks.slack.com"])
-    assert "not in JOBTRAIL_ALERT_HOSTS" in egress.post(
-        "http://evil.example/", b"{}", {}, policy=only_names, resolver=names).error
+    for url in ("http://evil.example/", "http://8.8.8.8/", "http://[2606:4700::1111]/"):
+        assert "not in JOBTRAIL_ALERT_HOSTS" in egress.post(
+            url, b"{}", {}, policy=only_names, resolver=names).error
 
 
 @pytest.fixture

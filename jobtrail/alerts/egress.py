@@ -203,7 +203,13 @@ def check_name(target: Target, policy: Policy) -> str:
     """'' when the URL's host may be named (before any resolution), else why not."""
     if target.literal is not None:
         why = refusal(target.literal, policy)
-        return f"{why} (allow it with JOBTRAIL_ALERT_HOSTS)" if why else ""
+        if why:
+            return f"{why} (allow it with JOBTRAIL_ALERT_HOSTS)"
+        listed = any(target.literal.version == n.version and target.literal in n
+                     for n in policy.nets)
+        if policy.names and not listed:  # names only: an address is none of them
+            return f"host {target.host} is not in JOBTRAIL_ALERT_HOSTS"
+        return ""
     if policy.names and not any(fnmatch.fnmatchcase(target.host, p) for p in policy.names):
         return f"host {target.host} is not in JOBTRAIL_ALERT_HOSTS"
     return ""
