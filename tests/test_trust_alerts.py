@@ -205,7 +205,7 @@ def test_the_checked_address_is_the_one_connected(box: Receiver) -> None:
 
 
 def _load(store: Store, name: str) -> None:
-    from jobtrail import scenarios
+    from jobtrail.learn import scenarios
     from jobtrail.runtime.sink import Sink
     from processors.pipeline import Pipeline
 
@@ -477,7 +477,7 @@ LINKS = ["[a](javascript:alert(1))", "[b]( <JavaScript:alert(2)>)", "![c](data:t
 def test_the_markdown_export_neutralises_script_links() -> None:
     from markdown_it import MarkdownIt
 
-    from jobtrail.postmortem_view import export
+    from jobtrail.views.postmortem import export
     from tests.story_kit import Story
     from tests.test_postmortem import _Tags
 
