@@ -96,8 +96,11 @@ def demo(ctx: click.Context, colour: bool | None) -> None:
     from processors.topology import Topology
     from schemas.topology import TopologyFile
 
+    from ingest.redact import redact_text
+
     settings = _settings(ctx).with_(kafka="")
-    click.echo(f"loading the sample scenario into {settings.dsn}")
+    # a server's DSN carries its password (the dev server's always does): never echo it
+    click.echo(f"loading the sample scenario into {redact_text(settings.dsn)}")
     wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
     from jobtrail.cli.ingest import _ingest_text
 
