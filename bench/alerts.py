@@ -75,8 +75,6 @@ def bench_deliver(logs: dict[str, list[Any]], subs: list[Any], limit: int) -> di
     from jobtrail.alerts.secrets import Secrets, new_signing_secret
     from jobtrail.alerts.store import AlertStore
     from jobtrail.alerts.worker import Deliverer, http_post
-
-    loopback = Policy.from_hosts(["127.0.0.1"])  # the same policy the deliverer runs under
     from jobtrail.config import Settings
     from jobtrail.store import Store
     from processors.incidents.model import IncidentEvent
@@ -84,6 +82,7 @@ def bench_deliver(logs: dict[str, list[Any]], subs: list[Any], limit: int) -> di
     from processors.notify.decide import decide
     from tests.alerts_kit import receiver
 
+    loopback = Policy.from_hosts(["127.0.0.1"])  # the same policy the deliverer runs under
     home = Path(tempfile.mkdtemp(prefix="bench-alerts-"))
     store = Store.connect(f"chdb://{home / 'chdb'}", "bench")
     store.migrate()
