@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.canonical import ParseError
 
 LINE_ORDER = ("xid", "training-log", "slurmctld", "node-log")
 """Specific before general: node-log also reads Xid lines; training-log only runs when the
@@ -42,6 +43,32 @@ def _shape(doc: Any) -> str | None:
     return None
 
 
+_TOOL_HEADERS = (
+    ("sacct", ({"JobID", "State"}, {"State", "ExitCode"})),
+    ("squeue", ({"JOBID", "ST"}, {"JOBID", "STATE"})),
+    ("sinfo", ({"NODELIST", "STATE"}, {"REASON", "NODELIST"})),
+)
+
+
+def _text_tool(text: str) -> str | None:
+    """The Slurm text tool a paste came from: the command at its top (`$ squeue --me`), or
+    the tool's header in its first lines."""
+    from ingest.slurm_paste import unwrap
+
+    lines = [line for line in unwrap(text[:20000])[:60] if line.strip()]
+    for line in lines[:4]:
+        words = line.split()
+        for tool, _ in _TOOL_HEADERS:
+            if tool in words[:4]:
+                return tool
+    for line in lines:
+        words = {w.split("%")[0] for w in line.replace("|", " ").split()}
+        for tool, headers in _TOOL_HEADERS:
+            if any(h <= words for h in headers):
+                return tool
+    return None
+
+
 def _lines_of(record: dict[str, Any] | Reject) -> set[str]:
     if isinstance(record, Reject):
         text = record.payload
@@ -60,6 +87,11 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
         name = _shape(doc) if doc is not None else None
         if name is not None:
             return _tagged(adapters[name].parse(text, ctx), name)
+    if (tool := _text_tool(text)) is not None:
+        try:
+            return _tagged(adapters[tool].parse(text, ctx), tool)
+        except ParseError:
+            pass  # not that tool's table after all: read it line by line
     out: list[dict[str, Any] | Reject] = []
     rejects: list[tuple[set[str], Reject]] = []
     claimed: set[str] = set()
