@@ -57,9 +57,9 @@ def _text_tool(text: str) -> str | None:
 
     lines = [line for line in unwrap(text[:20000])[:60] if line.strip()]
     for line in lines[:4]:
-        words = line.split()
+        first = line.split()[:4]
         for tool, _ in _TOOL_HEADERS:
-            if tool in words[:4]:
+            if tool in first:
                 return tool
     for line in lines:
         words = {w.split("%")[0] for w in line.replace("|", " ").split()}
