@@ -9,6 +9,7 @@ nobody claimed are counted and shown (`Report`).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
@@ -69,6 +70,29 @@ def _text_tool(text: str) -> str | None:
     return None
 
 
+def _kubectl(text: str) -> bool:
+    """kubectl's human output (get tables, describe), or a YAML object / status fragment."""
+    from ingest import kubectl_text
+    from ingest.kubernetes import _DESCRIBE
+
+    head = text[:20000]
+    if _DESCRIBE.search(head) or kubectl_text.has_states(head) or kubectl_text.is_table(head):
+        return _text_tool(text) is None
+    if re.search(r"(?m)^\s*(?:apiVersion|kind|phase|conditions|status):", head) is None:
+        return False
+    import yaml
+
+    from ingest.kubernetes import _NoAliases
+
+    try:
+        doc = next(iter(yaml.load_all(head, Loader=_NoAliases)), None)
+    except yaml.YAMLError:
+        return False  # not YAML: not for this adapter
+    return isinstance(doc, dict) and bool(
+        doc.get("apiVersion") or doc.get("kind") or "phase" in doc or "conditions" in doc
+        or "status" in doc)
+
+
 def _lines_of(record: dict[str, Any] | Reject) -> set[str]:
     if isinstance(record, Reject):
         text = record.payload
@@ -87,6 +111,11 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
         name = _shape(doc) if doc is not None else None
         if name is not None:
             return _tagged(adapters[name].parse(text, ctx), name)
+    if stripped[:1] not in ("{", "[") and _kubectl(text):
+        try:
+            return _tagged(adapters["kubernetes"].parse(text, ctx), "kubernetes")
+        except ParseError:
+            pass
     if (tool := _text_tool(text)) is not None:
         try:
             return _tagged(adapters[tool].parse(text, ctx), tool)
