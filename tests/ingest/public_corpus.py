@@ -79,7 +79,7 @@ def _pieces(text: str) -> set[str]:
 
 
 def read(sample: Sample, fmt: str | None = None) -> Outcome:
-    text = sample.path.read_text()
+    text = sample.path.read_bytes().decode("utf-8", errors="replace")  # as `ingest` reads
     out = run(registry()[fmt or sample.format], text, context(sample.file))
     events = [e for e in out if isinstance(e, Event)]
     letters = [d for d in out if isinstance(d, DeadLetter)]
