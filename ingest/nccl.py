@@ -62,7 +62,8 @@ _SAVE = re.compile(r"(?:saving model to|Saving model checkpoint:|Saving model ch
                    r"Saving checkpoint to|saved checkpoint to|Saving checkpoint:)"
                    r"\s*'?(?P<path>[^'\s]+)'?", re.I)
 _LOAD = re.compile(r"(?:Restoring states from the checkpoint path at|Loading checkpoint:|"
-                   r"Restoring checkpoint from|loaded checkpoint from|Loading checkpoint from|"
+                   r"Restoring checkpoint from|loaded checkpoint from|"
+                   r"\[Torch\] Loading checkpoint from|"
                    r"Restoring model weights from RestoreConfig\(path=)\s*'?(?P<path>[^'\s]+)'?",
                    re.I)
 _STEP_IN = re.compile(r"(?:global[ _]step|step|checkpoint|iter)[=_ -]?(?P<step>\d+)", re.I)
@@ -91,14 +92,17 @@ class _Lines:
         self.out: list[dict[str, Any] | Reject] = []
         self.fallback: str | None = None
         """The time of the stamped piece before this one on the same physical line."""
-        self.checkpoints: set[tuple[str, int]] = set()
+        self.checkpoints: set[tuple[str, int, str]] = set()
         self.bar_step: int | None = None
 
     def emit(self, line: str, type_: str, attributes: dict[str, Any], *, severity: str = "info",
              scope: str | None = None, entity: str | None = None, node: str | None = None,
              time: str | None = None) -> None:
         if type_.startswith("checkpoint.") and isinstance(attributes.get("step"), int):
-            key = (type_, attributes["step"])
+            path = str(attributes.get("path") or "")
+            if "rank" in path.rsplit("/", 1)[-1]:
+                path = path.rsplit("/", 1)[0]  # DeepSpeed's files of one checkpoint, per rank
+            key = (type_, attributes["step"], path)
             if key in self.checkpoints:
                 return  # the same checkpoint in another line (NeMo's async finalisation,
                 # DeepSpeed's one load per rank file)
@@ -287,9 +291,9 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                       {"step": int(step.group("step")), "path": path}, scope="path",
                       entity=path)
         elif match := training_text.NEMO_SAVE.search(line):
-            step = int(match.group("step"))
-            if step not in saved_later:  # else the line naming its path says it
-                sink.emit(line, "checkpoint.saved", {"step": step, "path": "",
+            iteration = int(match.group("step"))
+            if iteration not in saved_later:  # else the line naming its path says it
+                sink.emit(line, "checkpoint.saved", {"step": iteration, "path": "",
                                                      "duration_s": float(match.group("dur"))})
         elif match := training_text.ASYNC_DONE.search(line):
             path = match.group("path")
@@ -298,12 +302,12 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 "step": int(found.group("step")) if found else int(match.group("step")),
                 "path": path}, scope="path", entity=path)
         elif (numbers := training_text.loss_dict(line)) is not None:
-            step = numbers.pop("step", None)
-            step = sink.bar_step if step is None else step
-            if step is None:
+            at = numbers.pop("step", None)
+            at = sink.bar_step if at is None else at
+            if at is None:
                 stepless.append(line)
                 continue
-            sink.emit(line, "job.step", {"step": step, **numbers})
+            sink.emit(line, "job.step", {"step": at, **numbers})
         elif progress := _framework_step(line):
             if "%|" in line:
                 sink.bar_step = progress["step"]
