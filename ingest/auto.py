@@ -26,6 +26,8 @@ def _shape(doc: Any) -> str | None:
     first = next((x for x in items if isinstance(x, dict)), None)
     if first is None:
         return None
+    if ("checkName" in first and "isHealthy" in first) or "healthEvent" in first:
+        return "node-log"  # NVSentinel health events
     if "specversion" in first:
         return "cloudevents"
     if ("alerts" in first and ("orgId" in first or ("title" in first and "state" in first))) \
