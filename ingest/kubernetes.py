@@ -331,6 +331,9 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 record.setdefault("attributes", {})["time_source"] = obj["time_source"]
             if line and isinstance(record, dict):
                 record["attributes"]["raw"] = raw_evidence(line)
+            if line and isinstance(record, Reject) and obj.get("type") == "Normal":
+                continue  # a describe row with no meaning for a job (Pulled, a rollout's
+                # Killing): that line is skipped, as in the kubectl tables
             out.append(record)
     return out
 

@@ -90,6 +90,7 @@ def _flags(command: str, tool: str) -> dict[str, str]:
     while i < len(tokens):
         token = tokens[i].strip("'\"")
         name, eq, value = token.partition("=")
+        value = value.strip("'\"")
         takes = name in ("-j", "--jobs", "--format", "-o", "-O", "--Format", "--delimiter",
                          "-u", "--user", "-t", "-p", "-S", "-E")
         if takes and not eq and i + 1 < len(tokens):
