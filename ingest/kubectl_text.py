@@ -98,6 +98,10 @@ def _kind(command: str, names: list[str]) -> str:
     resource = ""
     if "get" in words and words.index("get") + 1 < len(words):
         resource = words[words.index("get") + 1].lower().split(".")[0].split("/")[0]
+    if resource.startswith("vcjob") or resource.startswith("vj") or "MINAVAILABLE" in names:
+        return "VolcanoJob"
+    if resource.startswith("rayjob") or "JOB STATUS" in names:
+        return "RayJob"
     if resource in ("pods", "pod", "po") or {"READY", "RESTARTS"} <= set(names):
         return "Pod"
     if resource.startswith("workload") or "QUEUE" in names:
@@ -242,6 +246,8 @@ def _row(kind: str, cells: dict[str, str], line: str, ctx: Context,
         else:
             type_, attributes = "job.pending", {"reason": "not admitted by Kueue yet"}
         attributes["queue"] = cells.get("QUEUE", "")
+    elif kind in ("VolcanoJob", "RayJob"):
+        return _batch_row(kind, cells, name, project, line, ctx)
     elif kind == "Job":
         done, _, total = cells.get("COMPLETIONS", "").partition("/")
         if done and done == total:
@@ -263,6 +269,41 @@ def _row(kind: str, cells: dict[str, str], line: str, ctx: Context,
         return out  # a state that is not an event (Running pod, empty STATE, 0/1 ...)
     return [*out, *_row_record(kind, type_, name, project, attributes, when, source, line,
                                ctx)]
+
+
+def _batch_row(kind: str, cells: dict[str, str], name: str, project: str, line: str,
+               ctx: Context) -> list[dict[str, Any] | Reject]:
+    """A vcjob row (NAME STATUS MINAVAILABLE RUNNINGS AGE) or a rayjob row (NAME JOB STATUS
+    DEPLOYMENT STATUS START TIME END TIME AGE): submitted AGE ago, and what its status says
+    at the time the row gives (START/END TIME) or when read."""
+    from ingest.kubernetes import _age
+    from ingest.kubernetes_status import RAY, VOLCANO
+
+    out: list[dict[str, Any] | Reject] = []
+    if (ago := _age(cells.get("AGE", ""))) is not None:
+        out.extend(_row_record(kind, "job.submitted", name, project, {},
+                               (ctx.observed_at - ago).isoformat(), "relative", line, ctx))
+    if kind == "VolcanoJob":
+        status = cells.get("STATUS", "")
+        type_ = VOLCANO.get(status, "")
+        attributes: dict[str, Any] = {"phase": status}
+        when, source = ctx.observed_at.isoformat(), "observed"
+    else:
+        status = cells.get("JOB STATUS", "")
+        type_ = RAY.get(status, "")
+        attributes = {"phase": status, "deployment_status": cells.get("DEPLOYMENT STATUS")}
+        stamp = cells.get("END TIME") if type_ not in ("job.started", "") else \
+            cells.get("START TIME")
+        when, source = (stamp, "line") if stamp else (ctx.observed_at.isoformat(), "observed")
+        if type_ in ("job.completed", "job.failed") and cells.get("START TIME"):
+            out.extend(_row_record(kind, "job.started", name, project, attributes,
+                                   cells["START TIME"], "line", line, ctx))
+    if type_ == "job.pending":
+        attributes["reason"] = status
+    if type_:
+        out.extend(_row_record(kind, type_, name, project, attributes, when, source, line,
+                               ctx))
+    return out
 
 
 def _row_record(kind: str, type_: str, name: str, project: str, attributes: dict[str, Any],

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from ingest import kubernetes_conditions as conditions
+from ingest import kubernetes_status
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError, loads
 from ingest.redact import clip
@@ -318,12 +319,15 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     else:
         objects = _objects(text, ctx.kind)
     for i, obj in enumerate(objects):
-        if isinstance(obj, dict) and obj.get("kind") in conditions.KINDS:
+        if isinstance(obj, dict) and (found := kubernetes_status.shape(obj)) is not None:
+            out.extend(kubernetes_status.records(obj, found, i, ctx))
+        elif isinstance(obj, dict) and obj.get("kind") in conditions.KINDS:
             out.extend(conditions.records(obj, i, ctx))
         elif isinstance(obj, dict) and obj.get("kind") == "Job":
             out.extend(conditions.batch_job(obj, i, ctx))
-        elif isinstance(obj, dict) and not obj.get("kind") and "phase" in obj:
-            out.extend(pod_status(obj, i, ctx))
+        elif isinstance(obj, dict) and not obj.get("kind") and "phase" in (
+                kubernetes_status.status_of(obj)):
+            out.extend(pod_status(kubernetes_status.status_of(obj), i, ctx))
         else:
             line = obj.pop("_line", "") if isinstance(obj, dict) else ""
             record = _event(obj, i, ctx)

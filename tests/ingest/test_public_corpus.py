@@ -311,3 +311,24 @@ def test_auto_summary_says_per_adapter_what_it_took_and_left() -> None:
     summary = report.summary()
     assert "lines taken by adapter: slurmctld 23" in summary
     assert "16 line(s) no adapter claimed" in summary
+
+
+# --- 6. Volcano and KubeRay status, fragments by shape ----------------------------------------
+
+def test_rayjob_table_snapshots_and_a_vcjob_status_fragment() -> None:
+    events = _read("kubectl/get_rayjob_snapshots.txt").events
+    assert [(e.type, e.attributes["k8s_object"], e.time) for e in events] == [
+        ("job.submitted", "RayJob/rayjob-sample-x98k6", READ_AT - timedelta(seconds=13)),
+        ("job.submitted", "RayJob/rayjob-sample-psgrj", READ_AT - timedelta(seconds=46)),
+        ("job.started", "RayJob/rayjob-sample-psgrj", _at(2024, 2, 1, 17, 55, 49)),
+        ("job.completed", "RayJob/rayjob-sample-psgrj", _at(2024, 2, 1, 17, 56, 5))]
+    (running,) = _read("kubectl/vcjob_status_fragment.yaml").events
+    assert (running.type, running.attributes["phase"], running.time) == (
+        "job.started", "Running", _at(2023, 2, 15, 1, 1, 16))
+    fragment = "status:\n  jobStatus: FAILED\n  jobDeploymentStatus: Failed\n" \
+               "  startTime: '2025-06-04T20:53:35Z'\n  endTime: '2025-06-04T20:58:00Z'\n"
+    ctx = Context(producer="t", observed_at=READ_AT, cluster="c", project="p", job_id="ray-1")
+    (failed,) = [e for e in run_report(registry()["auto"], fragment, ctx)[0]
+                 if isinstance(e, Event)]
+    assert (failed.type, failed.job_id, failed.time) == ("job.failed", "ray-1",
+                                                         _at(2025, 6, 4, 20, 58, 0))
