@@ -42,8 +42,8 @@ _POD_STATES = {"OOMKilled": "job.oom", "Evicted": "job.preempted", "Error": "job
 _EVENT_ROW = re.compile(r"^(?P<age>\S+)\s+(?P<type>Normal|Warning)\s+(?P<reason>\S+)\s+"
                         r"(?P<object>[\w.-]+/\S+)\s+(?P<message>\S.*)$")
 _STATE = re.compile(r"^(?P<indent>\s*)(?P<which>State|Last State):\s+(?P<state>\w+)\s*$")
-_FIELD = re.compile(r"^\s+(?P<key>Reason|Exit Code|Started|Finished|Signal):\s+(?P<value>.+?)"
-                    r"\s*$")
+_FIELD = re.compile(r"^\s+(?P<key>Reason|Exit Code|Started|Finished|Signal):\s+"
+                    r"(?P<value>.*\S)\s*$")
 
 
 def _header(line: str) -> list[tuple[int, str]] | None:
