@@ -40,6 +40,8 @@ def _shape(doc: Any) -> str | None:
     if isinstance(first.get("sinfo"), list):
         return "sinfo"
     kind = str(first.get("kind") or "")
+    if "EventReason" in first and "EventObject" in first:
+        return "kubernetes"  # kube-eventer's webhook body
     if first.get("apiVersion") or kind.endswith("List") or kind == "Event" or "involvedObject" \
             in first or "regarding" in first:
         return "kubernetes"

@@ -158,8 +158,26 @@ def describe_events(text: str, ctx: Context) -> list[dict[str, Any]]:
     return out
 
 
+def kube_eventer(body: dict[str, Any]) -> dict[str, Any]:
+    """kube-eventer's webhook body (its documented template: `EventType`, `EventKind`,
+    `EventObject`, `EventNamespace`, `EventReason`, `EventTime` as Go prints a time,
+    `EventMessage`) as the Event it was made from."""
+    when = str(body.get("EventTime") or "")
+    if when.endswith(" UTC") and " +0000" in when:
+        when = when.replace(" +0000 UTC", "+00:00").replace(" ", "T", 1)
+    name, namespace = str(body.get("EventObject") or ""), str(body.get("EventNamespace") or "")
+    return {"kind": "Event", "type": body.get("EventType"), "reason": body.get("EventReason"),
+            "message": body.get("EventMessage"), "lastTimestamp": when or None,
+            "involvedObject": {"kind": body.get("EventKind"), "name": name,
+                               "namespace": namespace},
+            "metadata": {"uid": f"kube-eventer-{namespace}-{name}-{body.get('EventReason')}-"
+                                f"{when}"}}
+
+
 def _event(obj: Any, i: int, ctx: Context) -> dict[str, Any] | Reject:
     where = f"items[{i}]"
+    if isinstance(obj, dict) and "EventReason" in obj and "kind" not in obj:
+        obj = kube_eventer(obj)
     if not isinstance(obj, dict) or obj.get("kind", "Event") != "Event":
         return Reject(f"{where}.kind", "not a Kubernetes Event", raw_evidence(obj))
     regarding = obj.get("regarding") or obj.get("involvedObject") or {}

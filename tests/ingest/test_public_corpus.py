@@ -332,3 +332,9 @@ def test_rayjob_table_snapshots_and_a_vcjob_status_fragment() -> None:
                  if isinstance(e, Event)]
     assert (failed.type, failed.job_id, failed.time) == ("job.failed", "ray-1",
                                                          _at(2025, 6, 4, 20, 58, 0))
+
+
+def test_kube_eventer_webhook_body() -> None:
+    (oom,) = _read("kubectl/synthetic_kube_eventer_webhook.json").events
+    assert (oom.type, oom.entity, oom.time) == ("job.oom", "pretrain-7b-worker-3",
+                                                _at(2026, 11, 30, 8, 57, 34))
