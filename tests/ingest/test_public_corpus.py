@@ -338,3 +338,23 @@ def test_kube_eventer_webhook_body() -> None:
     (oom,) = _read("kubectl/synthetic_kube_eventer_webhook.json").events
     assert (oom.type, oom.entity, oom.time) == ("job.oom", "pretrain-7b-worker-3",
                                                 _at(2026, 11, 30, 8, 57, 34))
+
+
+def test_slurm_tools_inside_kubectl_exec_and_ansible_output() -> None:
+    ctx = Context(producer="t", observed_at=READ_AT, cluster="c", project="p")
+    exec_ = ("$ kubectl exec -it slurm-controller-0 -- squeue\n"
+             "             JOBID PARTITION     NAME     USER ST       TIME  NODES "
+             "NODELIST(REASON)\n"
+             "               881       gpu pretrain    alice  R       1:00      2 "
+             "gpu-[01-02]\n")
+    (started,) = [e for e in run_report(registry()["auto"], exec_, ctx)[0]
+                  if isinstance(e, Event)]
+    assert (started.type, started.job_id, started.attributes["nodes"], started.time) == (
+        "job.started", "881", ["gpu-01", "gpu-02"], READ_AT - timedelta(minutes=1))
+    ansible = ('ok: [login1] => {"changed": false, "stdout": "JobID|State|End\\n'
+               '881|NODE_FAIL|2026-11-30T08:00:00\\n881.batch|CANCELLED|'
+               '2026-11-30T08:00:00", "rc": 0}\n')
+    (failed,) = [e for e in run_report(registry()["sacct"], ansible, ctx)[0]
+                 if isinstance(e, Event)]
+    assert (failed.type, failed.attributes["reason"], failed.time) == (
+        "job.failed", "NODE_FAIL", _at(2026, 11, 30, 8, 0, 0))
