@@ -6,22 +6,22 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from processors.incidents import severity
+from processors.incidents import offenders, severity
 from processors.incidents.book import AttemptKey, Progress, akey, jobref
 from schemas import incident_events as ev
 from schemas.events import Event
 
 if TYPE_CHECKING:
-    from processors.incidents.detector import Detector
+    from processors.incidents.context import Context
 
 
-def impacted(d: Detector, inc_id: str, key: AttemptKey, time: datetime, rule: str,
+def impacted(ctx: Context, inc_id: str, key: AttemptKey, time: datetime, rule: str,
              role: str, event: Event | None = None) -> None:
     """The attempt joins the incident: `failed` (it died: recovery is followed, the loss is
     counted when progress resumes and again when it passes the failure step) or `degraded`
     (it went on, worse off). The failure step is the step the failure reported, else the
     last progress seen (later reports move it: `recovery.failure_step`)."""
-    book = d.book
+    book = ctx.book
     inc = book.incidents[inc_id]
     if akey(key) in inc.jobs:
         return
@@ -39,16 +39,14 @@ def impacted(d: Detector, inc_id: str, key: AttemptKey, time: datetime, rule: st
                                  last_checkpoint_at=ckpt_at)
         book.by_attempt[key] = inc_id
         book.pending.setdefault((key[0], key[1]), []).append((inc_id, key))
-        book.push_timer(time + timedelta(seconds=d.rules.restart_deadline_s), "restart",
+        book.push_timer(time + timedelta(seconds=ctx.rules.restart_deadline_s), "restart",
                         inc_id, key)
     else:
         payload = ev.JobImpacted(job=jobref(key), gpus=gpus, role=role)
     book.emit(inc_id, payload, time, rule, akey(key))
-    severity.assess(d, inc_id, time, rule)
+    severity.assess(ctx, inc_id, time, rule)
     if inc.key.startswith("node:") and role == "failed":
-        from processors.incidents import offenders
-
-        offenders.failure(d, inc.key[5:], inc_id, akey(key), time)
+        offenders.failure(ctx, inc.key[5:], inc_id, akey(key), time)
     if inc.key.startswith("node:"):
         standing = book.open.get(f"lemon:{inc.key[5:]}")
         if standing is not None:
@@ -64,7 +62,7 @@ def reported_step(event: Event | None) -> int | None:
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
-def assess(d: Detector, inc_id: str, failed: AttemptKey, gpus: int, now: Event,
+def assess(ctx: Context, inc_id: str, failed: AttemptKey, gpus: int, now: Event,
            final: bool) -> None:
     """The loss of a failed attempt, split by phase:
 
@@ -78,7 +76,7 @@ def assess(d: Detector, inc_id: str, failed: AttemptKey, gpus: int, now: Event,
     failure step. A failed checkpoint between the last good one and the failure would have
     saved (failed checkpoint - last good checkpoint) of the rework: that is charged to the
     checkpoint's own incident and taken off this one."""
-    book = d.book
+    book = ctx.book
     job = book.incidents[inc_id].jobs[akey(failed)]
     failed_at = job.failed_at or now.time
     start = job.last_checkpoint_at or failed_at
@@ -102,8 +100,8 @@ def assess(d: Detector, inc_id: str, failed: AttemptKey, gpus: int, now: Event,
                 charged_gpu_hours=round(gpus * charge_s / 3600, 6), from_incident=inc_id,
                 job=jobref(failed), role="degraded",
                 why="the failed checkpoint would have saved this work"), now.time,
-                "impact", f"charge:{inc_id}:{akey(failed)}")
-            severity.assess(d, ckpt_inc, now.time, "impact")
+                      "impact", f"charge:{inc_id}:{akey(failed)}")
+            severity.assess(ctx, ckpt_inc, now.time, "impact")
     if job.resumed_at is None:
         book.emit(inc_id, ev.RecoveryObserved(job=jobref(failed), stage="progress_resumed",
                                               resumed_at=now.time),
@@ -114,5 +112,5 @@ def assess(d: Detector, inc_id: str, failed: AttemptKey, gpus: int, now: Event,
         job=jobref(failed), lost_gpu_hours=round(gpus * total_s / 3600, 6),
         lost_steps=lost_steps, rework_s=rework_s, downtime_s=downtime_s, restore_s=restore_s,
         recompute_s=recompute_s, charged_elsewhere_gpu_hours=round(gpus * charge_s / 3600, 6)),
-        now.time, "impact", f"{'final' if final else 'assess'}:{akey(failed)}")
-    severity.assess(d, inc_id, now.time, "impact")
+              now.time, "impact", f"{'final' if final else 'assess'}:{akey(failed)}")
+    severity.assess(ctx, inc_id, now.time, "impact")
