@@ -31,8 +31,13 @@ class JobImpact:
     lost_steps: int = 0
     rework_s: float = 0.0
     downtime_s: float = 0.0
+    """The wait between the failure and the new attempt while the job's GPUs were held."""
     restore_s: float = 0.0
-    recompute_s: float = 0.0
+    queue_s: float = 0.0
+    """The rest of that wait (queued behind other work, after a preemption): not counted."""
+    setback_s: float = 0.0
+    """Wall clock: progress passed the failure step again - when it first reached it."""
+    failure_step_at: datetime | None = None
     degraded_s: float = 0.0
     duplicate_run: bool = False
     role: str = "failed"  # failed (the attempt died), degraded (a failed checkpoint, a

@@ -108,8 +108,11 @@ def failure_step(ctx: Context, event: Event, key: AttemptKey, step: int, source:
     elif job.failure_step == step and job.failure_step_source in ("job.failed",
                                                                   "job.worker_exited"):
         return
+    at = event.time if source == "progress" else impact.reached(
+        ctx.book.progress.get(key, Progress()), step, job.failed_at or event.time)
     ctx.book.emit(inc_id, ev.FailureStepUpdated(job=jobref(key), failure_step=step,
-                                                failure_step_source=source, event_id=event.id),
+                                                failure_step_source=source, event_id=event.id,
+                                                failure_step_at=at),
                   event.time, "impact", f"failure-step:{akey(key)}:{event.id}")
 
 
