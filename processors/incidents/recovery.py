@@ -149,5 +149,27 @@ def deadline(ctx: Context, when: datetime, inc_id: str, key: AttemptKey) -> None
     if job is None or job.restarted_attempt is not None:
         return
     minutes = ctx.rules.restart_deadline_s / 60
+    waiting = waiting_for(ctx, inc_id, key, job.failed_at or when, when)
+    if waiting:  # the scheduler's or the user's turn: not the cluster failing to restart it
+        severity.flag(ctx, inc_id, "waiting", when, "restart-deadline",
+                      f"{akey(key)} not restarted within {minutes:.0f} min: {waiting}")
+        return
     severity.flag(ctx, inc_id, "no_restart", when, "restart-deadline",
                   f"{akey(key)} not restarted within {minutes:.0f} min")
+
+
+def waiting_for(ctx: Context, inc_id: str, key: AttemptKey, failed_at: datetime,
+                now: datetime) -> str:
+    """Why a failed attempt's job is not back yet when that is not the cluster's doing: it
+    was preempted, or the scheduler's latest pending reason since the failure queues it
+    behind other work or holds it for its user ('' otherwise)."""
+    if impact.preempted(ctx, inc_id, key):
+        return "waiting for the scheduler after a preemption"
+    job = ctx.book.jobs.get((key[0], key[1]))
+    marks = sorted((at, reason) for a in (job.attempts.values() if job else ())
+                   for at, reason in a.pending if failed_at < at <= now)
+    if not marks or not impact.queued(marks[-1][1]):
+        return ""
+    reason = marks[-1][1]
+    whose = "its user" if "user" in reason.lower() else "the scheduler"
+    return f"waiting for {whose} (pending: {reason})"

@@ -108,6 +108,15 @@ class FailureClass(_Strict):
     """A symptom of this class gets an incident of its own even when its attempt already
     has one (a failed checkpoint is its own story; the crash that follows is another)."""
     actions: list[ProposedAction] = Field(default_factory=list)
+    fault: Literal["cluster", "job", "scheduler", ""] = ""
+    """Whose fault an incident of this class is: the cluster's (its severity may be raised
+    for no restart within the deadline), the job's own, or the scheduler's decision (a
+    preemption); neither of the last two is above `severity.not_at_fault_max`. Default:
+    `job` for a class the job owns, else `cluster`."""
+
+    @property
+    def at_fault(self) -> str:
+        return self.fault or ("job" if self.team == "job" else "cluster")
 
 
 class SignalRule(_Strict):
@@ -205,6 +214,9 @@ class Severity(_Strict):
     raise_on_no_restart: bool = True
     high_priority: int = 1000
     """Jobs at or above this scheduler priority raise the severity one level."""
+    not_at_fault_max: str = Field(default="sev3", pattern=r"^sev[1-4]$")
+    """The highest severity of an incident the cluster is not at fault for (a job's own
+    failure, a preemption): impact alone does not page the cluster's on-call for it."""
 
 
 class Rules(_Strict):

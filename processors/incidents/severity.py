@@ -1,6 +1,8 @@
-"""Severity from impact: the highest level whose GPU or lost GPU-hour threshold the incident
-meets, then one level up for each of a high-priority job, a repeat on the same entity and no
-restart within the deadline (capped at sev1). Every change says why."""
+"""Severity from impact and whether the cluster is at fault: the highest level whose GPU or
+lost GPU-hour threshold the incident meets, then one level up for each of a high-priority
+job, a repeat on the same entity and, when the cluster is at fault, no restart within the
+deadline (capped at sev1). An incident the cluster is not at fault for (the job's own, a
+preemption) is at most `severity.not_at_fault_max`. Every change says why."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ if TYPE_CHECKING:
     from processors.incidents.context import Context
 
 ORDER = ("sev4", "sev3", "sev2", "sev1")
+_FAULT = {"job": "the job's own failure", "scheduler": "the scheduler's decision"}
 
 
 def assess(ctx: Context, inc_id: str, time: datetime, rule: str) -> None:
@@ -34,8 +37,13 @@ def assess(ctx: Context, inc_id: str, time: datetime, rule: str) -> None:
         level, reasons = level + 1, [*reasons, "high-priority job"]
     if cfg.raise_on_repeat and "repeat" in inc.flags:
         level, reasons = level + 1, [*reasons, "repeated on the same entity"]
-    if cfg.raise_on_no_restart and "no_restart" in inc.flags:
+    fault = ctx.rules.klass(inc.klass).at_fault
+    if cfg.raise_on_no_restart and "no_restart" in inc.flags and fault == "cluster":
         level, reasons = level + 1, [*reasons, "no restart within the deadline"]
+    cap = ORDER.index(cfg.not_at_fault_max)
+    if fault != "cluster" and level > cap:
+        level, reasons = cap, [*reasons, f"at most {cfg.not_at_fault_max}: the cluster is not "
+                                         f"at fault ({_FAULT[fault]})"]
     severity = ORDER[min(level, 3)]
     if severity != inc.severity or not inc.severity_why:
         why = "; ".join(reasons) or "below every threshold"
