@@ -109,6 +109,8 @@ class Book:
     symptom_counts: dict[tuple[AttemptKey, str], int] = field(default_factory=dict)
     refused: int = 0
     opened_observed: dict[str, datetime] = field(default_factory=dict)
+    planned: dict[str, tuple[datetime, str, str]] = field(default_factory=dict)
+    """node -> (planned window ends, the change or ticket cited, its event id)"""
     folded: dict[str, int] = field(default_factory=dict)
     """incident -> signals counted past `max_signal_evidence` and not yet logged"""
     out: list[IncidentEvent] = field(default_factory=list)

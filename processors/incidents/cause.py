@@ -27,7 +27,7 @@ CONFIDENCE = {"self": 0.9, "node": 0.9, "gpu": 0.9, "nic": 0.85, "rank": 0.85, "
 _RELATION_PHRASE = {"node": "is that node", "gpu": "holds that GPU",
                     "nic": "is cabled to it", "switch": "sits under that switch",
                     "target": "mounts the filesystem it serves", "filesystem": "mounts it",
-                    "rank": "runs that rank"}
+                    "rank": "runs that rank", "change": "is under that change"}
 
 
 def find(ctx: Context, key: AttemptKey, time: datetime, since: datetime | None = None,

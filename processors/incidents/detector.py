@@ -8,6 +8,7 @@ events out. It coordinates the concerns, each a module of its own:
     impact     impacted attempts; loss arithmetic
     recovery   restart, restore, resume, verify; restart deadlines
     slowdown   hangs and fail-slow (the rules' `progress`)
+    planned    planned work (changes, maintenance drains) is not a fault
     offenders  repeat-offender nodes
 
 All of them decide from a `context.Context` (the detector's memory, `book.Book`, with the
@@ -26,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from processors.attempts import LIFECYCLE_TYPES, JobRecord, evolve
-from processors.incidents import cause, grouping, opening, recovery, slowdown
+from processors.incidents import cause, grouping, opening, planned, recovery, slowdown
 from processors.incidents.book import AttemptKey, Book, NotInLog, node_of
 from processors.incidents.context import Context
 from processors.incidents.model import Command, Incident, IncidentEvent
@@ -109,7 +110,8 @@ class Detector:
                 book.jobs[(event.project, event.job_id)] = job
         if event.job_id:
             recovery.track(ctx, event)
-        signal = self.rules.signal_rule(event.type, event.attributes, event.message)
+        signal = planned.observe(ctx, event, self.rules.signal_rule(
+            event.type, event.attributes, event.message))
         if signal is not None:
             grouping.on_signal(ctx, event, signal, rows)
         symptom = self.rules.symptom_rule(event.type, event.attributes, event.message)
@@ -173,4 +175,5 @@ class Detector:
             elif kind == "restart":
                 recovery.deadline(ctx, when, ref, key)
         grouping.forget(ctx)
+        planned.forget(ctx)
 

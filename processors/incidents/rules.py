@@ -108,7 +108,7 @@ class FailureClass(_Strict):
     """A symptom of this class gets an incident of its own even when its attempt already
     has one (a failed checkpoint is its own story; the crash that follows is another)."""
     actions: list[ProposedAction] = Field(default_factory=list)
-    fault: Literal["cluster", "job", "scheduler", ""] = ""
+    fault: Literal["cluster", "job", "scheduler", "planned", ""] = ""
     """Whose fault an incident of this class is: the cluster's (its severity may be raised
     for no restart within the deadline), the job's own, or the scheduler's decision (a
     preemption); neither of the last two is above `severity.not_at_fault_max`. Default:
@@ -234,6 +234,13 @@ class Rules(_Strict):
     """Per incident: past it a sustained condition (a GPU ticking correctable errors for
     days) is counted in one `signal_added` per quarter group window, not logged and attached
     signal by signal, so an incident's log and a worker's memory stay bounded."""
+    planned_window_s: float = Field(default=4 * 3600, gt=0)
+    """How long after a change (`change.*`) or a maintenance drain its node's drains and
+    reboots (not-ready) are planned work rather than faults."""
+    planned_reasons: str = (r"(?i)\b(maint\w*|planned|upgrade\w*|firmware|update|patch\w*|"
+                            r"reboot|reimage|change|chg\d*|ticket)\b|\b[A-Z]{2,10}-\d+\b")
+    """A drain reason matching this (a maintenance word or a ticket like CHG-1234) is
+    planned work; so is a drain whose attributes carry a `ticket`."""
     classes: dict[str, FailureClass] = Field(default_factory=dict)
     signals: list[SignalRule] = Field(default_factory=list)
     symptoms: list[SymptomRule] = Field(default_factory=list)

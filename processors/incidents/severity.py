@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from processors.incidents.context import Context
 
 ORDER = ("sev4", "sev3", "sev2", "sev1")
-_FAULT = {"job": "the job's own failure", "scheduler": "the scheduler's decision"}
+_FAULT = {"job": "the job's own failure", "scheduler": "the scheduler's decision",
+          "planned": "planned work"}
 
 
 def assess(ctx: Context, inc_id: str, time: datetime, rule: str) -> None:
