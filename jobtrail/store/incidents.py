@@ -2,7 +2,7 @@
 caller's projects (a `Store` part, split from store.py by concern).
 
 Every read takes `projects` (None: an operator) and binds them as server-side parameters; what
-a caller may see of a shared incident is narrowed by `jobtrail.incident_view`.
+a caller may see of a shared incident is narrowed by `jobtrail.views.incident`.
 """
 
 from __future__ import annotations
@@ -68,9 +68,11 @@ class IncidentTables:
 
     def followups(self, projects: Sequence[str] | None, *, team: str = "",
                   overdue_on: str = "", status: str = "") -> list[dict[str, Any]]:
-        """Follow-up actions across incidents, bound to the caller's projects (an action
-        shows when its incident touches them or it was added by them); `overdue_on` (an ISO
-        date) keeps those still open and due before it."""
+        """Follow-up actions across incidents, bound to the caller's projects as the
+        incident view binds them (`jobtrail.views.incident.detail`): an action added by a
+        project shows to that project only; one added by nobody's project (the processors'
+        proposals, an operator's) shows to every project the incident touches. `overdue_on`
+        (an ISO date) keeps those still open and due before it."""
         return self._dicts(
             "SELECT a.incident_id AS incident_id, a.action_id AS action_id, a.title AS title, "
             "a.owner AS owner, a.status AS status, a.due AS due, a.kind AS kind, "
@@ -79,8 +81,8 @@ class IncidentTables:
             "FROM (SELECT * FROM actions FINAL) AS a "
             "INNER JOIN (SELECT incident_id, severity, class, entity, projects FROM incidents "
             "FINAL) AS i ON a.incident_id = i.incident_id "
-            "WHERE ({all:Bool} OR hasAny(i.projects, {projects:Array(String)}) "
-            "OR hasAny(a.projects, {projects:Array(String)})) "
+            "WHERE ({all:Bool} OR (empty(a.projects) AND hasAny(i.projects, "
+            "{projects:Array(String)})) OR hasAny(a.projects, {projects:Array(String)})) "
             "AND ({team:String} = '' OR a.owner = {team:String}) "
             "AND ({status:String} = '' OR a.status = {status:String}) "
             "AND ({overdue:String} = '' OR (a.status IN ('open', 'proposed') AND a.due != '' "
@@ -107,10 +109,10 @@ class IncidentTables:
                   since: datetime | None = None, limit: int = 200,
                   infrastructure: bool = False) -> list[dict[str, Any]]:
         """Incidents touching the caller's projects, newest first, each as that caller may
-        see it (`jobtrail.incident_view`). Infrastructure-only incidents (they touched no
+        see it (`jobtrail.views.incident`). Infrastructure-only incidents (they touched no
         job: a switch flapping under idle nodes) are kept and queryable, listed only with
         `infrastructure` and only to operators."""
-        from jobtrail.incident_view import summary
+        from jobtrail.views.incident import summary
 
         rows = self._dicts(
             f"SELECT {INCIDENT_LIST} FROM incidents FINAL "
@@ -136,8 +138,8 @@ class IncidentTables:
                  projects: Sequence[str] | None) -> dict[str, Any] | None:
         """One incident with its impacted jobs, evidence, actions and log, or None when it
         does not exist or touches none of the caller's projects; narrowed to what the
-        caller may see (`jobtrail.incident_view.detail`)."""
-        from jobtrail.incident_view import detail
+        caller may see (`jobtrail.views.incident.detail`)."""
+        from jobtrail.views.incident import detail
 
         rows = self._dicts(
             "SELECT * FROM incidents FINAL WHERE incident_id = {id:String} "
