@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from ingest.adapters import Adapter, Context, Reject, fill, json_object, raw_evidence
+from ingest.base import Adapter, Context, Reject, fill, json_object, raw_evidence
 from ingest.canonical import ParseError
 from schemas.registry import REGISTRY
 

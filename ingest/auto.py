@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 
 LINE_ORDER = ("xid", "training-log", "slurmctld", "node-log")
 """Specific before general: node-log also reads Xid lines; training-log only runs when the

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, fill, raw_evidence
+from ingest.base import Adapter, Context, Reject, fill, raw_evidence
 from ingest.canonical import ParseError, loads
 from schemas.registry import REGISTRY
 

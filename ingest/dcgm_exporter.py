@@ -21,7 +21,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 
 THERMAL_C = 85.0
 _SAMPLE = re.compile(r"^(?P<name>DCGM_(?:FI|EXP)_\w+)\{(?P<labels>[^}]*)\}\s+(?P<value>[-+\d.eE]+)"

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
 
 _WATCH = re.compile(r"^Every [\d.]+s: .*?(?P<host>[\w.-]+): (?P<when>\w{3} \w{3} +\d+ "

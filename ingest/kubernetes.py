@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from ingest import kubernetes_conditions as conditions
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError, loads
 from ingest.redact import clip
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
 from schemas.failure_text import classify
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingest.adapters import Context, Reject, raw_evidence
+from ingest.base import Context, Reject, raw_evidence
 from ingest.redact import clip
 
 _SXID = re.compile(r"SXid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<sxid>\d+), (?P<sev>Non-fatal|Fatal)"

@@ -36,7 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from ingest import node_health, xid
-from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
+from ingest.base import Adapter, Context, Reject, line_time, raw_evidence
 from ingest.redact import clip
 
 _MLX_LINK = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]+) (?P<iface>\w+): (?:Port: (?P<port>\d+) )?"

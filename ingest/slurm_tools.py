@@ -22,7 +22,7 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError
 from ingest.redact import clip
 from ingest.slurm import expand_hostlist
@@ -183,7 +183,7 @@ def _sinfo_json(doc: dict[str, Any], ctx: Context) -> list[dict[str, Any] | Reje
 
 def parse_sinfo(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     if text.lstrip().startswith("{"):
-        from ingest.adapters import json_object
+        from ingest.base import json_object
 
         return _sinfo_json(json_object(text, "sinfo --json output"), ctx)
     lines = [line for line in text.splitlines() if line.strip()]
