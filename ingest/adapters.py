@@ -12,23 +12,26 @@ from __future__ import annotations
 
 import json
 import logging
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ingest.base import (
+    JSON_DOCUMENT,
     RAW_LIMIT,
     Adapter,
     Context,
     Reject,
+    cap_lines,
     fill,
+    is_json_document,
     json_object,
     line_time,
     raw_evidence,
 )
 from ingest.canonical import Decoded, ParseError, _dead, to_event
-from ingest.redact import redact_text
+from ingest.redact import clip
 
 __all__ = ["RAW_LIMIT", "Adapter", "AdapterConfig", "Context", "Reject", "Report", "fill",
            "json_object", "line_time", "raw_evidence", "registry", "report", "run",
@@ -67,9 +70,6 @@ class Report:
         return out
 
 
-_JSON_DOCUMENT = re.compile(r"\s*(?:\{\s*\"|\[\s*[{\]])")
-
-
 def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
     """Which non-blank lines some record came from (its raw evidence or message holds the
     line), for a line-oriented adapter; events stamped with the time they were read."""
@@ -88,50 +88,75 @@ def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
             pieces = [str(getattr(d, "payload", "") or "")]
         for piece in pieces:
             seen.update(p.strip() for p in piece.splitlines() if p.strip())
-    if not adapter.line_oriented or _JSON_DOCUMENT.match(text):
+    if not adapter.line_oriented or JSON_DOCUMENT.match(text):
         return out  # a document, not lines (sinfo --json; what auto routed by shape)
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped:
             continue
         out.lines += 1
-        if redact_text(stripped)[:RAW_LIMIT].strip() in seen or stripped in seen:
+        if clip(stripped, RAW_LIMIT).strip() in seen or stripped in seen:
             continue
         out.skipped += 1
         if len(out.examples) < 3:
-            out.examples.append(redact_text(stripped)[:160])
+            out.examples.append(clip(stripped, 160))
     return out
 
 
 def run(adapter: Adapter, raw: bytes | str, ctx: Context) -> list[Decoded]:
     """Parse with `adapter`, then validate every draft like canonical input."""
-    return run_report(adapter, raw, ctx)[0]
+    text, cut = _capped(adapter, _text(raw), ctx)
+    return _run(adapter, text, ctx, cut)
 
 
 def run_report(adapter: Adapter, raw: bytes | str, ctx: Context) -> tuple[list[Decoded],
                                                                            Report]:
     """`run`, and what it skipped."""
-    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-    out = _run(adapter, text, ctx)
+    text, cut = _capped(adapter, _text(raw), ctx)
+    out = _run(adapter, text, ctx, cut)
     return out, report(adapter, text, out)
 
 
-def _run(adapter: Adapter, text: str, ctx: Context) -> list[Decoded]:
-    out: list[Decoded] = []
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+
+
+def _capped(adapter: Adapter, text: str, ctx: Context) -> tuple[str, list[Reject]]:
+    """A line adapter's input with over-long lines cut at its cap (`auto` caps its own line
+    path: a JSON document it routes is not lines)."""
+    if not adapter.line_oriented or adapter.name == "auto":
+        return text, []
+    cut_text, cut = cap_lines(text, adapter.max_line, adapter.name, ctx.origin)
+    if cut and is_json_document(text):
+        return text, []
+    return cut_text, cut
+
+
+def _run(adapter: Adapter, text: str, ctx: Context, cut: list[Reject]) -> list[Decoded]:
     stage = f"adapter.{adapter.name}"
     try:
         records = adapter.parse(text, ctx)
     except ParseError as exc:
         return [_dead(stage, ParseError(exc.field, f"{adapter.name}: {exc.reason}"), text,
-                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at)]
+                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at),
+                *_decoded(adapter, cut, ctx)]
     except RecursionError:
         return [_dead(stage, f"{adapter.name}: nested too deep to parse", text,
-                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at)]
+                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at),
+                *_decoded(adapter, cut, ctx)]
     except Exception as exc:  # an adapter bug must cost the payload, never the process
         log.exception("adapter %s failed on %s", adapter.name, ctx.origin)
         return [_dead(stage, f"{adapter.name} could not read it ({type(exc).__name__}); "
                       "this is a bug in the adapter, please report it", text,
-                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at)]
+                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at),
+                *_decoded(adapter, cut, ctx)]
+    return _decoded(adapter, [*records, *cut], ctx)
+
+
+def _decoded(adapter: Adapter, records: Sequence[dict[str, Any] | Reject],
+             ctx: Context) -> list[Decoded]:
+    out: list[Decoded] = []
+    stage = f"adapter.{adapter.name}"
     for i, record in enumerate(records):
         ref = f"{ctx.origin}#{i}"
         if isinstance(record, Reject):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ingest.base import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, cap_lines, raw_evidence
 
 LINE_ORDER = ("xid", "training-log", "slurmctld", "node-log")
 """Specific before general: node-log also reads Xid lines; training-log only runs when the
@@ -60,6 +60,8 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
         name = _shape(doc) if doc is not None else None
         if name is not None:
             return _tagged(adapters[name].parse(text, ctx), name)
+    cap = min(adapters[name].max_line for name in LINE_ORDER)
+    text, cut = cap_lines(text, cap, "auto", ctx.origin)
     out: list[dict[str, Any] | Reject] = []
     rejects: list[tuple[set[str], Reject]] = []
     claimed: set[str] = set()
@@ -89,6 +91,7 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
             continue
         claimed |= lines  # the same unreadable line is one dead letter, the first adapter's
         out.append(reject)
+    out.extend(cut)
     if not out and text.strip():
         return [Reject("format", "no adapter recognised any line of this input (name one with "
                        "--format)", raw_evidence(text[:1000]))]

@@ -14,10 +14,14 @@ from datetime import datetime
 from typing import Any
 
 from ingest.canonical import ParseError, loads
-from ingest.redact import redact_text
+from ingest.redact import clip
 
 RAW_LIMIT = 4096
 """How much of a payload a record keeps as its raw evidence."""
+MAX_LINE = 16 * 1024
+"""The longest line a line adapter reads (characters); the rest of a longer line is
+dead-lettered naming the cap. Real log lines are far shorter; the cap bounds what every
+pattern of every adapter is run over."""
 
 
 @dataclass(frozen=True)
@@ -57,13 +61,52 @@ class Adapter:
     doc: str = ""
     line_oriented: bool = False
     formats: list[str] = field(default_factory=list)
+    max_line: int = MAX_LINE
+    """Longer lines are cut here (see `cap_lines`); line adapters only."""
 
 
 def raw_evidence(payload: Any) -> str:
     """The original payload as evidence: redacted, truncated."""
     text = payload if isinstance(payload, str) else json.dumps(payload, sort_keys=True,
                                                                default=str)
-    return redact_text(text)[:RAW_LIMIT]
+    return clip(text, RAW_LIMIT)
+
+
+JSON_DOCUMENT = re.compile(r"\A\s*+(?:\{\s*\"|\[\s*[{\]])")
+
+
+def is_json_document(text: str) -> bool:
+    """Whether `text` is one JSON document (sinfo --json, a webhook pasted into auto): a
+    document is not lines, so no line cap applies to it."""
+    if not JSON_DOCUMENT.match(text):
+        return False
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def cap_lines(text: str, cap: int, adapter: str, origin: str = "") -> tuple[str, list[Reject]]:
+    """`text` with every line longer than `cap` characters cut at the cap, and one Reject per
+    cut line holding the rest (so nothing is dropped silently and no pattern ever runs over
+    more than `cap` characters of a line)."""
+    if len(text) <= cap:
+        return text, []
+    lines = text.splitlines(keepends=True)
+    if all(len(line) <= cap + 2 for line in lines):
+        return text, []
+    rejects: list[Reject] = []
+    for number, line in enumerate(lines, start=1):
+        body = line.rstrip("\r\n")
+        if len(body) <= cap:
+            continue
+        rejects.append(Reject(
+            "line", f"line {number} is {len(body)} characters, over the {cap}-character line "
+            f"cap of {adapter}: the {len(body) - cap} characters after the cap are not read",
+            body[cap:], ref=f"{origin}#line{number}"))
+        lines[number - 1] = body[:cap] + line[len(body):]
+    return "".join(lines), rejects
 
 
 def line_time(line: str, ctx: Context) -> tuple[str, str, str]:

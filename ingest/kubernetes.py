@@ -110,7 +110,7 @@ def _objects(text: str, kind: str = "") -> list[Any]:
 
 
 _DESCRIBE = re.compile(r"(?m)^Events:\s*\n\s+Type\s+Reason\s+Age\s+From\s+Message\s*$")
-_AGE = re.compile(r"(\d+)([dhms])")
+_AGE = re.compile(r"(?<!\d)(\d++)([dhms])")
 
 
 def _age(text: str) -> timedelta | None:

@@ -238,6 +238,16 @@ def redact_key(key: str) -> str:
     return f"{cleaned}#{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
+_CLIP_MARGIN = 4096
+_TOKEN_SPAN = 1024
+
+
 def clip(text: str, limit: int) -> str:
-    """Redact, then cut to `limit` characters (never the other way round)."""
-    return redact_text(text)[:limit]
+    """Redact, then cut to `limit` characters (never the other way round). Only the first
+    `limit` + 4096 characters are redacted, so a 10 MB line costs what its kept part does;
+    the last 1024 redacted characters of that head are not kept, so a token the first cut
+    split (and no pattern then recognises) is never shown."""
+    if len(text) <= limit + _CLIP_MARGIN:
+        return redact_text(text)[:limit]
+    head = redact_text(text[:limit + _CLIP_MARGIN])
+    return head[:min(limit, max(0, len(head) - _TOKEN_SPAN))]
