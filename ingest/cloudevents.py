@@ -130,10 +130,10 @@ def from_binary(headers: Mapping[str, str], body: bytes) -> str:
 
 
 def load_mapping(path: str) -> dict[str, dict[str, Any]]:
-    import yaml
+    from schemas.documents import load_yaml
 
     with open(path) as handle:
-        data = yaml.safe_load(handle)
+        data = load_yaml(handle.read(), what=path)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the mapping is an object keyed by CloudEvent type")
     for name, entry in data.items():

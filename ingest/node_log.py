@@ -56,9 +56,11 @@ _LUSTRE_SLOW = re.compile(r"timed out for slow reply: \[sent (?P<sent>\d+)/real 
 _LNET = re.compile(r"LNet(?:Error)?: .*?(?:Timed out (?:RDMA with (?P<nid>[\w.:-]+@\w+)|tx(?: for "
                    r"(?P<tx>[\w.:-]+@\w+))?)|peer NI \((?P<peer>[^)]+)\) recovery failed|"
                    r"Error sending \w+ to \d+-(?P<send>[\w.:-]+@\w+))")
-_LUSTRE_DEAD = re.compile(r"(?<![\w-])(?P<t>[\w-]+-(?:MDT|OST)[0-9a-f]{4}): haven't heard from client "
+_LUSTRE_DEAD = re.compile(r"(?<![\w-])(?P<t>[\w-]+-(?:MDT|OST)[0-9a-f]{4}): haven't heard from "
+                          r"client "
                           r"\S+ \(at (?P<nid>[^)]+)\) in (?P<s>\d+) seconds.*?evicting")
-_LUSTRE_NOCONN = re.compile(r"(?<![\w-])(?P<t>[\w-]+-(?:MDT|OST)[0-9a-f]{4})(?:_UUID)?: not available for "
+_LUSTRE_NOCONN = re.compile(r"(?<![\w-])(?P<t>[\w-]+-(?:MDT|OST)[0-9a-f]{4})(?:_UUID)?: not "
+                            r"available for "
                             r"connect from (?P<nid>\S+?) \((?P<why>[^)]+)\)")
 _NFS = re.compile(r"nfs: server (?P<server>\S+) (?P<state>not responding|OK)")
 _GPFS_TS = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d{4})?): ")

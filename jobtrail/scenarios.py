@@ -35,8 +35,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ingest.slurm import expand_hostlist
 from processors.incidents.model import Incident, IncidentEvent, fold
 from processors.incidents.rules import Rules, load_rules
@@ -133,7 +131,9 @@ def merge_rules(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, An
 
 
 def load(path: Path) -> Scenario:
-    return load_document(yaml.safe_load(path.read_text()), path)
+    from schemas.documents import load_yaml
+
+    return load_document(load_yaml(path.read_text(), what=str(path)), path)
 
 
 def load_document(data: dict[str, Any], path: Path | None = None) -> Scenario:
