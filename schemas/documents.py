@@ -59,6 +59,16 @@ def _size(text: str | bytes, limits: Limits, what: str) -> None:
 
 def _measure_yaml(text: str | bytes, limits: Limits, what: str) -> None:
     """Walk the event stream: depth, aliases and the expanded node count, without building."""
+    try:
+        _walk(yaml.parse(text, Loader=_LOADER), limits, what)
+    except yaml.YAMLError as exc:  # libyaml stops at 1000 levels by itself
+        if "nesting depth" in str(exc):
+            raise DocumentRefused("max_depth", limits.max_depth,
+                                  "the document is nested deeper than allowed", what) from None
+        raise
+
+
+def _walk(events: Any, limits: Limits, what: str) -> None:
     expanded = aliases = 0
     anchored: dict[str, int] = {}  # anchor -> its node count, aliases inside expanded
     frames: list[list[Any]] = []  # open collections: [anchor, nodes so far]
@@ -73,7 +83,7 @@ def _measure_yaml(text: str | bytes, limits: Limits, what: str) -> None:
         if frames:
             frames[-1][1] += nodes
 
-    for event in yaml.parse(text, Loader=_LOADER):
+    for event in events:
         if isinstance(event, yaml.AliasEvent):
             aliases += 1
             if aliases > limits.max_aliases:
