@@ -130,7 +130,7 @@ def test_every_adapter_reads_long_lines_in_linear_time(name: str) -> None:
                 out = run(adapter, text, CTX)
         except _Overran:
             pytest.fail(f"{name} on a {label} line: over {seconds:.0f} s")
-        assert out, f"{name} on {label}: nothing came back (not even a dead letter)"
+        assert out or not text.strip(), f"{name} on {label}: nothing came back"
         assert time.perf_counter() - started < seconds
 
 
