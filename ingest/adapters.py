@@ -52,6 +52,8 @@ class Report:
     untimed: int = 0
     by_adapter: dict[str, int] = field(default_factory=dict)
     """Events per adapter (`auto` routes lines to several)."""
+    lines_by_adapter: dict[str, int] = field(default_factory=dict)
+    """Input lines each adapter took (`auto`)."""
 
     def summary(self) -> str:
         if not self.lines:
@@ -63,6 +65,11 @@ class Report:
         if self.adapter == "auto":
             taken = ", ".join(f"{k} {v}" for k, v in sorted(self.by_adapter.items()))
             out += f"; events by adapter: {taken or 'none'}"
+            lines = ", ".join(f"{k} {v}" for k, v in sorted(self.lines_by_adapter.items()))
+            out += f"; lines taken by adapter: {lines or 'none'}"
+            if self.skipped:
+                out += f"; {self.skipped} line(s) no adapter claimed, e.g. " + " | ".join(
+                    repr(x[:80]) for x in self.examples)
         if self.untimed:
             out += (f"; {self.untimed} event(s) had no time in their line and carry the time "
                     "they were read (attributes.time_source=observed: give --boot-time, --tz "
@@ -77,7 +84,9 @@ def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
 
     out = Report(adapter.name)
     seen: set[str] = set()
+    owner: dict[str, str] = {}
     for d in decoded:
+        by = adapter.name
         if isinstance(d, Event):
             if d.attributes.get("time_source") == "observed":
                 out.untimed += 1
@@ -87,7 +96,10 @@ def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
         else:
             pieces = [str(getattr(d, "payload", "") or "")]
         for piece in pieces:
-            seen.update(p.strip() for p in piece.splitlines() if p.strip())
+            for p in piece.splitlines():
+                if p.strip():
+                    seen.add(p.strip())
+                    owner.setdefault(p.strip(), by)
     if not adapter.line_oriented or JSON_DOCUMENT.match(text):
         return out  # a document, not lines (sinfo --json; what auto routed by shape)
     for line in text.splitlines():
@@ -95,7 +107,10 @@ def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
         if not stripped:
             continue
         out.lines += 1
-        if clip(stripped, RAW_LIMIT).strip() in seen or stripped in seen:
+        redacted = clip(stripped, RAW_LIMIT).strip()
+        if redacted in seen or stripped in seen:
+            by = owner.get(stripped) or owner.get(redacted) or adapter.name
+            out.lines_by_adapter[by] = out.lines_by_adapter.get(by, 0) + 1
             continue
         out.skipped += 1
         if len(out.examples) < 3:
