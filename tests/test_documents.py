@@ -112,10 +112,9 @@ def test_monitor_rules_are_refused_with_the_limit(tmp_path: Path) -> None:
             write_monitor(tmp_path / "sample.yaml", text, tmp_path / "monitor.yaml")
         rules = tmp_path / "rules.yaml"
         rules.write_text(text)
-        sample = Path(__file__).parent / "scenarios"
-        first = sorted(sample.glob("*.yaml"))[0]
+        sample = Path(__file__).parent / "scenarios" / "incidents"
         with pytest.raises(DocumentRefused, match=f"limit {limit}="):
-            check_monitor(first, rules)
+            check_monitor(sample / "consequences-join-the-cause.yaml", rules)
     assert not (tmp_path / "monitor.yaml").exists()
 
 
