@@ -26,15 +26,19 @@ import re
 from typing import Any
 
 from ingest import training_text
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
 from schemas.failure_text import classify
 
 _WATCHDOG = re.compile(
     r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: WorkNCCL\("
-    r"(?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:[^)]*?Timeout\(ms\)=(?P<timeout>\d+))?"
-    r"(?:[^)]*\) ran for (?P<ran>\d+) milliseconds)?")
-_NET_IB = re.compile(r"(?:(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) )?(?:\[(?P<dev>\d+)\] )?"
+    r"(?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:[^)]{0,400}?Timeout\(ms\)=(?P<timeout>\d+))?"
+    r"(?:[^)]{0,400}\) ran for (?P<ran>\d+) milliseconds)?")
+# a pattern that starts with a repeated class starts only where that class does (the
+# lookbehind) and keeps what it took (possessive): a 16 KB run of digits is read once, not
+# 16k times; `.*?` between two parts is bounded. See tests/ingest/test_untrusted_input.py.
+_NET_IB = re.compile(r"(?:(?<![\w.-])(?P<host>[\w.-]++):(?P<pid>\d++):(?P<tid>\d++) )?"
+                     r"(?:\[(?P<dev>\d++)\] )?"
                      r"NCCL WARN NET/IB ?: ?(?P<msg>.+)")
 _IB_DEVICE = re.compile(r"\b(?P<ibdev>mlx5_\d+)(?::(?P<port>\d+))?")
 # progress in the frameworks' own words (NeMo and Lightning share Lightning's bar)
@@ -45,11 +49,11 @@ _LIGHTNING_STEP = re.compile(r"global_step=(?P<step>[\d.]+(?:e\+?\d+)?)")
 _LIGHTNING_LOSS = [re.compile(rf"\b{name}=(?P<loss>[\d.]+)") for name in (
     "reduced_train_loss", "train_loss", "loss")]
 _DEEPSPEED = re.compile(r"\[Rank \d+\] step=(?P<step>\d+), skipped=\d+")
-_HF_BAR = re.compile(r"(?P<step>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+, +(?P<rate>[\d.]+)"
+_HF_BAR = re.compile(r"(?<!\d)(?P<step>\d++)/(?P<total>\d++) \[[\d:]++<[\d:?]++, ++(?P<rate>[\d.]+)"
                      r"(?P<unit>s/it|it/s)")
 _MEGATRON_SAVE = re.compile(r"(?P<done>successfully )?saved? checkpoint (?:from|at) iteration\s+"
                             r"(?P<step>\d+) to (?P<path>\S+)", re.I)
-_MEGATRON_LOAD = re.compile(r"successfully loaded checkpoint from (?P<path>\S+).*?at "
+_MEGATRON_LOAD = re.compile(r"successfully loaded checkpoint from (?P<path>\S++).{0,400}?at "
                             r"iteration (?P<step>\d+)", re.I)
 _NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)?)Error)")
 _OOM = re.compile(r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]iB))?"

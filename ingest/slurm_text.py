@@ -31,7 +31,7 @@ import re
 from datetime import UTC
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
+from ingest.base import Adapter, Context, Reject, line_time, raw_evidence
 from ingest.canonical import ParseError
 from ingest.redact import clip
 from ingest.slurm import expand_hostlist, job_records

@@ -77,6 +77,9 @@ class Settings:
     topology_file: Path | None = None
     http_host: str = "127.0.0.1"
     http_port: int = 8080
+    parse_budget_s: float = 30.0
+    """How long one `POST /v1/ingest/{adapter}` payload may take to parse; past it the
+    request is answered 413 and nothing of it is accepted."""
     api_tokens: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """token -> projects it may read; empty means the read API is open (local dev only)."""
     alert_mapping: str = ""
@@ -167,6 +170,7 @@ class Settings:
             topology_file=Path(env["JOBTRAIL_TOPOLOGY"]) if env.get("JOBTRAIL_TOPOLOGY") else None,
             http_host=env.get("JOBTRAIL_HTTP_HOST") or "127.0.0.1",
             http_port=_int(env, "JOBTRAIL_HTTP_PORT", 8080),
+            parse_budget_s=_float(env, "JOBTRAIL_PARSE_BUDGET_S", 30.0),
             alert_mapping=env.get("JOBTRAIL_ALERT_MAPPING", ""),
             cloudevents_mapping=env.get("JOBTRAIL_CLOUDEVENTS_MAPPING", ""),
             rules_file=Path(env["JOBTRAIL_RULES"]) if env.get("JOBTRAIL_RULES") else None,

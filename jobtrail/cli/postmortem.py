@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from jobtrail.cli.common import _settings, _store
 from jobtrail.cli.incidents import _BY, _ID, _command
@@ -193,11 +192,12 @@ def sample(ctx: click.Context, incident_id: str, out: Path | None, by: str,
            command_id: str | None) -> None:
     """Cut a replayable failure sample from the incident's events, replay it, record it."""
     from jobtrail.learn.lessons import LearningFailed, learning_data, write_sample
+    from schemas.documents import load_yaml
 
     settings = _settings(ctx)
     inc = _state(ctx, incident_id)
-    spec = yaml.safe_load(settings.topology_file.read_text()) if settings.topology_file \
-        else None
+    spec = load_yaml(settings.topology_file.read_text(), what=str(settings.topology_file)) \
+        if settings.topology_file else None
     target = out or _default_dir("tests/scenarios/incidents", settings.home, "samples") / (
         f"sample-{incident_id}.yaml")
     try:

@@ -10,7 +10,6 @@ saying so). An incident that impacted no job is an operator's alone.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +18,7 @@ from pydantic import ValidationError
 
 from jobtrail.auth import Principal
 from jobtrail.http.common import BACKEND, fail, principal, query_time, reply
+from schemas.documents import load_json
 
 TENANT_COMMANDS = frozenset({"note", "add_action", "update_action"})
 
@@ -87,7 +87,7 @@ async def incident_command(request: web.Request) -> web.Response:
     if full is None or not (who.operator or set(full["projects"]) & who.projects):
         fail(web.HTTPNotFound, "no such incident")
     try:
-        body = json.loads(await request.read())
+        body = load_json(await request.read(), what="the body")
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         by = str(body.get("by") or "")

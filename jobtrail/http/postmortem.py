@@ -15,7 +15,6 @@ send (with the cookie's SameSite=Strict, the CSRF defence).
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +23,7 @@ from aiohttp import web
 
 from jobtrail.http.common import BACKEND, SETTINGS, fail, known, principal, reply
 from jobtrail.http.incidents import _authorise, scope
+from schemas.documents import load_json, load_yaml
 
 VERBS = {"draft": "draft_postmortem", "edit": "edit_postmortem", "review": "request_review",
          "request-changes": "request_changes", "approve": "approve_postmortem",
@@ -47,8 +47,6 @@ def _make(settings: Any, store: Any, incident_id: str, verb: str,
     """Make and check one learning artefact (in a worker thread); LearningFailed says why."""
     from pathlib import Path
 
-    import yaml
-
     from jobtrail.learn import lessons as learn
     from jobtrail.views.postmortem import state
 
@@ -57,8 +55,8 @@ def _make(settings: Any, store: Any, incident_id: str, verb: str,
         raise learn.LearningFailed("no such incident")
     base = settings.home / "learnings"
     if verb == "sample":
-        spec = yaml.safe_load(settings.topology_file.read_text()) if settings.topology_file \
-            else None
+        spec = load_yaml(settings.topology_file.read_text(), what=str(settings.topology_file)) \
+            if settings.topology_file else None
         done = learn.write_sample(store, inc, base / "samples" / f"sample-{incident_id}.yaml",
                                   spec)
     elif verb == "monitor":
@@ -133,7 +131,7 @@ async def command(request: web.Request) -> web.Response:
         fail(web.HTTPNotFound, "no such incident")
     name = VERBS[verb]
     try:
-        body = json.loads(await request.read() or b"{}")
+        body = load_json(await request.read() or b"{}", what="the body")
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         by = str(body.get("by") or "")
