@@ -9,8 +9,8 @@ from typing import Any, NoReturn
 
 from aiohttp import web
 
-from jobtrail.auth import LOCAL, Principal
 from jobtrail.config import Settings
+from jobtrail.identity import Principal
 from schemas.events import parse_time
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
@@ -23,18 +23,14 @@ def fail(status: type[web.HTTPException], message: str) -> NoReturn:
 
 
 def principal(request: web.Request) -> Principal:
-    """The caller: an operator when no tokens are configured; 401 for a missing or unknown
-    token (compared in constant time)."""
-    tokens = request.app[SETTINGS].api_tokens
-    if not tokens:
-        return LOCAL
-    header = request.headers.get("Authorization", "")
-    if not header and request.cookies.get("jobtrail_token"):  # the review page's cookie
-        header = "Bearer " + request.cookies["jobtrail_token"]
-    scheme, _, presented = header.partition(" ")
-    found = known(tokens, presented) if scheme.lower() == "bearer" else None
+    """The caller (`jobtrail.http.guard.authenticate`): an operator when no credential is
+    configured; 401 for a missing, unknown or untrusted one."""
+    from jobtrail.http.guard import authenticate
+
+    found = request.get("principal")
     if found is None:
-        fail(web.HTTPUnauthorized, "missing or unknown bearer token")
+        found = authenticate(request)
+    assert isinstance(found, Principal)
     return found
 
 
@@ -43,20 +39,36 @@ def known(tokens: dict[str, Any], presented: str) -> Principal | None:
     offered = presented.strip().encode()
     if not offered:
         return None
+    found = None
     for token, grants in tokens.items():
         if hmac.compare_digest(token.encode(), offered):
-            return Principal.from_grants(token, grants)
-    return None
+            found = Principal.from_grants(token, grants)
+    return found
 
 
 def query_time(request: web.Request, key: str) -> datetime | None:
+    """A time parameter: ISO 8601 with a zone (`Z`, `+02:00`) or epoch seconds; a time
+    without a zone is refused (400 naming it) rather than silently taken as UTC."""
     raw = request.query.get(key)
     if not raw:
         return None
+    naive = _naive(raw)
+    if naive:
+        fail(web.HTTPBadRequest, f"{key}: {raw[:40]!r} has no time zone; add Z or an offset "
+                                 "(+02:00), or give epoch seconds")
     try:
         return parse_time(raw)
     except ValueError as exc:
         fail(web.HTTPBadRequest, f"{key}: {exc}")
+
+
+def _naive(raw: str) -> bool:
+    """Whether an ISO 8601 text names a wall-clock time without a zone."""
+    try:
+        parsed = datetime.fromisoformat(raw.strip())
+    except ValueError:
+        return False
+    return parsed.tzinfo is None
 
 
 def query_int(request: web.Request, key: str) -> int | None:

@@ -6,10 +6,11 @@ of one project of a shared incident is refused with 403 saying so); an incident 
 none of the caller's projects is 404, like every read. The verbs are incident commands with
 the lifecycle policy (`incidents._authorise`).
 
-The page (`/incidents/{id}/postmortem`) authenticates like the API (a bearer header from a
-proxy), or with the `jobtrail_token` cookie set by `POST /ui/login`; a state-changing call
-authenticated by the cookie must carry `X-Jobtrail-UI: 1`, which a cross-site form cannot
-send (with the cookie's SameSite=Strict, the CSRF defence).
+The page (`/incidents/{id}/postmortem`) authenticates like the API (`jobtrail.http.guard`:
+a bearer token, the auth proxy's header, or the session cookie of a sign-in); a browser not
+signed in is redirected to `/auth/login`. Its buttons send the page's anti-CSRF token, which
+every cookie- or proxy-authenticated change needs. Who acts is the signed-in principal; the
+role each verb needs is in `jobtrail.identity.roles`.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from typing import Any
 
 from aiohttp import web
 
-from jobtrail.http.common import BACKEND, SETTINGS, fail, known, principal, reply
-from jobtrail.http.incidents import _authorise, scope
+from jobtrail.http.common import BACKEND, SETTINGS, fail, principal, reply
+from jobtrail.http.guard import csrf_token, require
+from jobtrail.http.incidents import _authorise, claimed_by, scope
+from jobtrail.identity.roles import command_role
 
 VERBS = {"draft": "draft_postmortem", "edit": "edit_postmortem", "review": "request_review",
          "request-changes": "request_changes", "approve": "approve_postmortem",
@@ -117,15 +120,12 @@ async def command(request: web.Request) -> web.Response:
     200 with the postmortem after it (embedded), 202 queued (cluster), 403, 409 with the
     reason the state refuses it, 422 for a malformed body."""
     from jobtrail.postmortem_view import document, state
-    from processors.incidents.model import Actor, Command, InvalidTransition
+    from processors.incidents.model import Command, InvalidTransition
 
     verb = request.match_info["verb"]
     if verb not in VERBS:
         fail(web.HTTPNotFound, f"no postmortem verb {verb!r} (one of {', '.join(VERBS)})")
     who = principal(request)
-    if "Authorization" not in request.headers and request.cookies.get("jobtrail_token") \
-            and request.headers.get("X-Jobtrail-UI") != "1":
-        fail(web.HTTPForbidden, "a cookie-authenticated change needs X-Jobtrail-UI: 1")
     backend = request.app[BACKEND]
     incident_id = request.match_info["incident_id"]
     full = await backend.call(backend.store.incident, incident_id, None)
@@ -136,7 +136,7 @@ async def command(request: web.Request) -> web.Response:
         body = json.loads(await request.read() or b"{}")
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
-        by = str(body.get("by") or "")
+        claimed_by(body, who)
         data = {k: body[k] for k in FIELDS[name] if k in body}
         for required in REQUIRED.get(verb, ()):
             if not isinstance(body.get(required), str) or not body[required].strip():
@@ -146,9 +146,7 @@ async def command(request: web.Request) -> web.Response:
             raise ValueError("reason: a declined learning needs a reason (make one with "
                              "POST .../postmortem/sample, monitor or runbook)")
         cmd = Command(command_id=str(body.get("command_id") or f"http-{uuid.uuid4().hex}"),
-                      incident_id=incident_id, command=name,
-                      actor=Actor(kind="team" if by.startswith("team:") else "person",
-                                  name=by.removeprefix("team:")),
+                      incident_id=incident_id, command=name, actor=who.actor(),
                       time=datetime.now(UTC), data=data)
     except (ValueError, RecursionError) as exc:
         errors = getattr(exc, "errors", None)
@@ -156,6 +154,7 @@ async def command(request: web.Request) -> web.Response:
         where = ".".join(str(x) for x in detail.get("loc", ()))
         fail(web.HTTPUnprocessableEntity, f"{where}: {detail['msg']}" if where
              else str(detail["msg"]))
+    require(request, command_role(name, cmd.data), f"postmortem {verb}")
     cmd = cmd.model_copy(update={"data": _authorise(who, name, full, cmd.data)})
     if verb in MADE:
         from jobtrail.learn import LearningFailed
@@ -194,11 +193,20 @@ async def followups(request: web.Request) -> web.Response:
 
 
 async def page(request: web.Request) -> web.Response:
+    """The review page; a browser not signed in is sent to sign in (not shown JSON)."""
+    from jobtrail.http.login import login_url
     from jobtrail.postmortem_view import CSP
     from jobtrail.postmortem_view import page as render
 
+    try:
+        who = principal(request)
+    except web.HTTPUnauthorized:
+        raise web.HTTPFound(login_url(request)) from None
     inc = await _incident(request)
-    return web.Response(text=render(inc, datetime.now(UTC).date()), content_type="text/html",
+    viewer = {"name": who.name, "role": who.role, "csrf": csrf_token(request),
+              "session": bool(request.get("session"))}
+    return web.Response(text=render(inc, datetime.now(UTC).date(), viewer),
+                        content_type="text/html",
                         charset="utf-8", headers={"Content-Security-Policy": CSP,
                                                   "X-Content-Type-Options": "nosniff",
                                                   "Referrer-Policy": "no-referrer"})
@@ -215,18 +223,3 @@ async def static(request: web.Request) -> web.Response:
         return web.Response(text=PAGE_CSS, content_type="text/css",
                             headers={"X-Content-Type-Options": "nosniff"})
     fail(web.HTTPNotFound, "no such file")
-
-
-async def login(request: web.Request) -> web.Response:
-    """`POST /ui/login` (form field `token`): sets the page's cookie when the token is known."""
-    if request.content_type != "application/x-www-form-urlencoded":
-        fail(web.HTTPBadRequest, "send the token as an application/x-www-form-urlencoded form")
-    form = await request.post()
-    token = str(form.get("token") or "")
-    tokens = request.app[SETTINGS].api_tokens
-    if tokens and known(tokens, token) is None:
-        fail(web.HTTPUnauthorized, "unknown token")
-    response = web.json_response({"ok": True})
-    response.set_cookie("jobtrail_token", token, httponly=True, samesite="Strict",
-                        secure=request.secure, path="/")
-    return response

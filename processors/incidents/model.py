@@ -26,7 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from processors.postmortem import state as postmortem
 from processors.postmortem.state import Postmortem, PostmortemRefused
 from schemas import incident_events as ev
-from schemas.incident_events import PAYLOADS, Payload, parse
+from schemas.incident_events import PAYLOADS, Actor, Payload, parse
+
+__all__ = ["Actor", "Command", "Incident", "IncidentEvent", "InvalidTransition", "apply",
+           "check", "fold", "new_event"]
 
 KINDS = tuple(PAYLOADS)
 STATUSES = ("open", "acknowledged", "mitigated", "resolved", "closed")
@@ -52,17 +55,6 @@ _ACTION_DONE = {"done", "not_doing", "dismissed"}
 
 class InvalidTransition(ValueError):
     """A request the incident's current state does not allow (the message says why)."""
-
-
-class Actor(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["person", "team", "processor"]
-    name: str = Field(min_length=1, max_length=200)
-    rule: str = ""
-
-    def label(self) -> str:
-        return f"{self.kind}:{self.name}" + (f" (rule {self.rule})" if self.rule else "")
 
 
 class IncidentEvent(BaseModel):
