@@ -16,6 +16,11 @@ from schemas.events import parse_time
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
 BACKEND: web.AppKey[Any] = web.AppKey("backend", object)
 ADAPTERS: web.AppKey[Any] = web.AppKey("adapters", dict)
+PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
+AMBIENT: web.RequestKey[str] = web.RequestKey("ambient", str)
+"""How the caller authenticated when it is ambient (a cookie or the proxy's header): the id
+its anti-CSRF token derives from; '' for a bearer token or the open API."""
+SESSION: web.RequestKey[dict[str, Any]] = web.RequestKey("session", dict)
 
 
 def fail(status: type[web.HTTPException], message: str) -> NoReturn:
@@ -27,11 +32,8 @@ def principal(request: web.Request) -> Principal:
     configured; 401 for a missing, unknown or untrusted one."""
     from jobtrail.http.guard import authenticate
 
-    found = request.get("principal")
-    if found is None:
-        found = authenticate(request)
-    assert isinstance(found, Principal)
-    return found
+    found = request.get(PRINCIPAL)
+    return found if found is not None else authenticate(request)
 
 
 def known(tokens: dict[str, Any], presented: str) -> Principal | None:

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from jobtrail.http.common import SETTINGS, fail, known
+from jobtrail.http.common import AMBIENT, PRINCIPAL, SESSION, SETTINGS, fail, known
 from jobtrail.identity import LOCAL, ROLES, Principal
 from jobtrail.identity.roles import ROUTE_ROLES, UNAUTHENTICATED_WRITES
 from jobtrail.identity.session import CSRF_HEADER, SESSION_COOKIE, Sessions, token_digest
@@ -42,7 +42,7 @@ def authenticate(request: web.Request) -> Principal:
     its anti-CSRF token derives from, '' for a bearer token)."""
     settings = request.app[SETTINGS]
     found, ambient = _credential(request, settings)
-    request["principal"], request["ambient"] = found, ambient
+    request[PRINCIPAL], request[AMBIENT] = found, ambient
     return found
 
 
@@ -66,7 +66,7 @@ def _credential(request: web.Request, settings: Any) -> tuple[Principal, str]:
         session = request.app[SESSIONS].open("session", cookie, time.time())
         held = _session_principal(session, settings) if session else None
         if held is not None and session is not None:
-            request["session"] = session
+            request[SESSION] = session
             return held, f"session:{session['sid']}"
     if not settings.authenticated:
         return LOCAL, ""
@@ -115,7 +115,7 @@ def _session_principal(session: dict[str, Any], settings: Any) -> Principal | No
 
 def require(request: web.Request, role: str, what: str) -> Principal:
     """The caller, when its role is at least `role` (403 saying who it is otherwise)."""
-    who = request.get("principal") or authenticate(request)
+    who = request.get(PRINCIPAL) or authenticate(request)
     if not who.allows(role):
         fail(web.HTTPForbidden, f"{what} needs the {role} role; {who.describe()} is a "
                                 f"{who.role}")
@@ -136,7 +136,7 @@ def same_origin(request: web.Request) -> bool:
 
 async def check_csrf(request: web.Request) -> None:
     """Refuse an ambient-credential change that is cross-origin or lacks the page's token."""
-    ambient = request.get("ambient") or ""
+    ambient = request.get(AMBIENT) or ""
     if not ambient:
         return
     if not same_origin(request):
@@ -153,7 +153,7 @@ async def check_csrf(request: web.Request) -> None:
 
 def csrf_token(request: web.Request) -> str:
     """The anti-CSRF token a page served to this caller carries ('' for a bearer token)."""
-    ambient = request.get("ambient") or ""
+    ambient = request.get(AMBIENT) or ""
     return request.app[SESSIONS].csrf(ambient) if ambient else ""
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from jobtrail.http.common import SETTINGS, fail, known, principal, reply
+from jobtrail.http.common import SESSION, SETTINGS, fail, known, principal, reply
 from jobtrail.http.guard import SESSIONS, check_csrf, csrf_token, same_origin
 from jobtrail.identity.oidc import OidcClient, OidcError
 from jobtrail.identity.session import LOGIN_COOKIE, SESSION_COOKIE, token_digest
@@ -166,7 +166,7 @@ async def logout(request: web.Request) -> web.Response:
     if request.cookies.get(SESSION_COOKIE):
         with contextlib.suppress(web.HTTPUnauthorized):  # expired or foreign: just clear it
             principal(request)
-        session = request.get("session")
+        session = request.get(SESSION)
         if session is not None:
             await check_csrf(request)
     if session is not None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from jobtrail.http.common import BACKEND, SETTINGS, fail, principal, reply
+from jobtrail.http.common import BACKEND, SESSION, SETTINGS, fail, principal, reply
 from jobtrail.http.guard import csrf_token, require
 from jobtrail.http.incidents import _authorise, claimed_by, scope
 from jobtrail.identity.roles import command_role
@@ -204,7 +204,7 @@ async def page(request: web.Request) -> web.Response:
         raise web.HTTPFound(login_url(request)) from None
     inc = await _incident(request)
     viewer = {"name": who.name, "role": who.role, "csrf": csrf_token(request),
-              "session": bool(request.get("session"))}
+              "session": bool(request.get(SESSION))}
     return web.Response(text=render(inc, datetime.now(UTC).date(), viewer),
                         content_type="text/html",
                         charset="utf-8", headers={"Content-Security-Policy": CSP,
