@@ -49,15 +49,15 @@ def known(tokens: dict[str, Any], presented: str) -> Principal | None:
 
 
 def query_time(request: web.Request, key: str) -> datetime | None:
-    """A time parameter: ISO 8601 with a zone (`Z`, `+02:00`) or epoch seconds; a time
-    without a zone is refused (400 naming it) rather than silently taken as UTC."""
+    """A time parameter: ISO 8601 with a zone (`Z`, `+02:00`); a time without a zone is
+    refused (400 naming it) rather than silently taken as UTC."""
     raw = request.query.get(key)
     if not raw:
         return None
     naive = _naive(raw)
     if naive:
         fail(web.HTTPBadRequest, f"{key}: {raw[:40]!r} has no time zone; add Z or an offset "
-                                 "(+02:00), or give epoch seconds")
+                                 "(+02:00)")
     try:
         return parse_time(raw)
     except ValueError as exc:
