@@ -24,7 +24,6 @@ from jobtrail.identity.roles import (
 )
 from jobtrail.store import Store
 from tests.identity_kit import (
-    ROLE_TOKENS,
     TOKENS,
     backend_with_incident,
     bearer,
@@ -83,7 +82,7 @@ def test_every_state_changing_route_has_a_role_policy(tmp_path: Path) -> None:
 
 
 def test_routes_by_role(store: Store, tmp_path: Path) -> None:
-    """route × role: allowed (any answer but 401/403) or 403 naming the role it needs."""
+    """route x role: allowed (any answer but 401/403) or 403 naming the role it needs."""
     backend = backend_with_incident(store, tmp_path / "home")
     seen: dict[tuple[str, str], int] = {}
 
@@ -111,7 +110,7 @@ def test_routes_by_role(store: Store, tmp_path: Path) -> None:
 
 
 def test_incident_commands_by_role(store: Store, tmp_path: Path) -> None:
-    """command × role, through `POST /v1/incidents/{id}/commands`."""
+    """command x role, through `POST /v1/incidents/{id}/commands`."""
     backend = backend_with_incident(store, tmp_path / "home")
 
     async def scenario(client: aiohttp.ClientSession, base: str) -> None:
@@ -140,7 +139,7 @@ def test_incident_commands_by_role(store: Store, tmp_path: Path) -> None:
 
 
 def test_postmortem_verbs_by_role(store: Store, tmp_path: Path) -> None:
-    """verb × role, through `POST /v1/incidents/{id}/postmortem/{verb}`."""
+    """verb x role, through `POST /v1/incidents/{id}/postmortem/{verb}`."""
     backend = backend_with_incident(store, tmp_path / "home")
 
     async def scenario(client: aiohttp.ClientSession, base: str) -> None:

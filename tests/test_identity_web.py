@@ -11,7 +11,14 @@ import aiohttp
 
 from jobtrail.config import Settings
 from jobtrail.store import Store
-from tests.identity_kit import TOKENS, backend_with_incident, bearer, incident_id, run, token_session
+from tests.identity_kit import (
+    TOKENS,
+    backend_with_incident,
+    bearer,
+    incident_id,
+    run,
+    token_session,
+)
 
 SILENCE = {"matchers": ["severity=~.*"], "for_s": 60, "reason": "x"}
 SUBSCRIPTION = {"name": "csrf", "owner": "team:x",
