@@ -66,12 +66,15 @@ Scenario = Callable[[aiohttp.ClientSession, str], Awaitable[None]]
 
 
 def run(settings: Settings, backend: Any, scenario: Scenario, *,
-        local_addr: tuple[str, int] | None = None, timeout_s: float = 240) -> None:
-    """Serve the app on 127.0.0.1 and run `scenario(client, base_url)` against it."""
+        local_addr: tuple[str, int] | None = None, timeout_s: float = 240,
+        port: int = 0) -> None:
+    """Serve the app on 127.0.0.1 (`port`, or a free one) and run `scenario(client,
+    base_url)` against it."""
+    port = port or free_port()
+
     async def main() -> None:
         runner = web.AppRunner(create_app(settings, backend))
         await runner.setup()
-        port = free_port()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         base = f"http://127.0.0.1:{port}"
         connector = aiohttp.TCPConnector(local_addr=local_addr) if local_addr else None
