@@ -68,7 +68,7 @@ def _page(title: str, body: str, status: int = 200,
              f"<title>{html.escape(title)}</title></head><body>{body}</body></html>\n",
         status=status, content_type="text/html", charset="utf-8",
         headers={"Content-Security-Policy": PAGE_CSP, "X-Content-Type-Options": "nosniff",
-                 "Referrer-Policy": "no-referrer", "Cache-Control": "no-store",
+                 "Referrer-Policy": "same-origin", "Cache-Control": "no-store",
                  **(headers or {})})
 
 

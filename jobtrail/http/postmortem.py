@@ -205,11 +205,13 @@ async def page(request: web.Request) -> web.Response:
     inc = await _incident(request)
     viewer = {"name": who.name, "role": who.role, "csrf": csrf_token(request),
               "session": bool(request.get(SESSION))}
+    # Referrer-Policy same-origin, not no-referrer: under no-referrer a browser sends
+    # `Origin: null` on the page's own POSTs, which the CSRF check must refuse
     return web.Response(text=render(inc, datetime.now(UTC).date(), viewer),
                         content_type="text/html",
                         charset="utf-8", headers={"Content-Security-Policy": CSP,
                                                   "X-Content-Type-Options": "nosniff",
-                                                  "Referrer-Policy": "no-referrer"})
+                                                  "Referrer-Policy": "same-origin"})
 
 
 async def static(request: web.Request) -> web.Response:

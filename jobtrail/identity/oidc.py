@@ -17,7 +17,7 @@ import hashlib
 import hmac
 import secrets
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import aiohttp
 import jwt
@@ -97,11 +97,11 @@ class OidcClient:
         form = {"grant_type": "authorization_code", "code": code,
                 "redirect_uri": self.config.redirect_uri, "code_verifier": kept["verifier"],
                 "client_id": self.config.client_id}
-        auth = aiohttp.BasicAuth(self.config.client_id, self.config.client_secret) \
-            if self.config.client_secret else None
+        headers = {"Authorization": _basic(self.config.client_id, self.config.client_secret)} \
+            if self.config.client_secret else {}
         try:
             async with aiohttp.ClientSession(timeout=TIMEOUT) as http, \
-                    http.post(meta["token_endpoint"], data=form, auth=auth) as resp:
+                    http.post(meta["token_endpoint"], data=form, headers=headers) as resp:
                 answer = await resp.json(content_type=None)
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
@@ -149,6 +149,12 @@ class OidcClient:
         return Principal(str(name)[:200], frozenset(projects - {"*"}), operator="*" in projects,
                          role=role, kind="person", teams=frozenset(teams),
                          credential=f"oidc:{c.issuer}"[:200])
+
+
+def _basic(client_id: str, secret: str) -> str:
+    """client_secret_basic: each part form-encoded first (RFC 6749 section 2.3.1)."""
+    pair = f"{quote(client_id, safe='')}:{quote(secret, safe='')}"
+    return "Basic " + base64.b64encode(pair.encode()).decode()
 
 
 def _strings(value: Any) -> set[str]:
