@@ -73,8 +73,8 @@ def test_every_state_changing_route_has_a_role_policy(tmp_path: Path) -> None:
     writes = {(r.method, r.resource.canonical) for r in app.router.routes()  # type: ignore[union-attr]
               if r.method not in ("GET", "HEAD")}
     assert writes == set(ROUTE_ROLES) | UNAUTHENTICATED_WRITES
-    assert {p for _, p, _ in ROUTES} | {"/v1/incidents/{incident_id}/commands",
-                                        "/v1/incidents/{incident_id}/postmortem/{verb}"} == {
+    assert {p for _, p, _ in ROUTES} | {"/v1/incidents/{incident_id}/commands"} | {
+        f"/v1/incidents/{{incident_id}}/postmortem/{verb}" for verb in VERBS} == {
         p for _, p in ROUTE_ROLES}
     assert set(COMMAND_ROLES) == set(VERBS.values()) | {
         "ack", "assign", "commander", "note", "mitigate", "resolve", "reopen", "close",
@@ -177,7 +177,9 @@ def test_the_actor_is_the_credential_and_a_claimed_by_is_refused(store: Store,
             "responder)), never from the body: drop `by`")
         same = await client.post(url, headers=bearer("responder"), json={
             "command": "note", "by": "rita", "command_id": "n1", "data": {"text": "x"}})
-        assert same.status == 200  # naming yourself changes nothing
+        assert same.status == 422  # not even your own name: the body names no one
+        assert (await client.post(url, headers=bearer("responder"), json={
+            "command": "note", "command_id": "n1", "data": {"text": "x"}})).status == 200
         shown = await (await client.get(f"/v1/incidents/{inc}",
                                         headers=bearer("admin"))).json()
         note = shown["log"][-1]

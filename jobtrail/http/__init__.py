@@ -82,10 +82,11 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
         ("GET", "/v1/incidents/{incident_id}", incidents.show_incident),
         ("POST", "/v1/incidents/{incident_id}/commands", incidents.incident_command),
         ("GET", "/v1/incidents/{incident_id}/postmortem", postmortem.read),
-        ("POST", "/v1/incidents/{incident_id}/postmortem/{verb}", postmortem.command),
+        *[("POST", f"/v1/incidents/{{incident_id}}/postmortem/{verb}", postmortem.command)
+          for verb in postmortem.VERBS],
         ("GET", "/v1/followups", postmortem.followups),
         ("GET", "/incidents/{incident_id}/postmortem", postmortem.page),
-        ("GET", "/ui/{name}", postmortem.static),
+        ("GET", r"/ui/{name:postmortem\.(?:js|css)}", postmortem.static),
         *login.ROUTES,
         *alerts.ROUTES,
         ("GET", "/livez", health.livez),

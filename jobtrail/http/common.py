@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hmac
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from aiohttp import web
 
 from jobtrail.config import Settings
 from jobtrail.identity import Principal
-from schemas.events import parse_time
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings", Settings)
 BACKEND: web.AppKey[Any] = web.AppKey("backend", object)
@@ -49,28 +48,42 @@ def known(tokens: dict[str, Any], presented: str) -> Principal | None:
 
 
 def query_time(request: web.Request, key: str) -> datetime | None:
-    """A time parameter: ISO 8601 with a zone (`Z`, `+02:00`); a time without a zone is
-    refused (400 naming it) rather than silently taken as UTC."""
+    """A time parameter: an RFC 3339 date-time (ISO 8601 with a zone: `Z`, `+02:00`). A time
+    without a zone is refused (400 naming it) rather than silently taken as UTC; one outside
+    1970..2200 is clamped to it (the store's range: `since=0001-...` means all)."""
     raw = request.query.get(key)
-    if not raw:
+    if raw is None:
         return None
-    naive = _naive(raw)
-    if naive:
+    text = raw.strip().upper()
+    if len(text) > 64:
+        fail(web.HTTPBadRequest, f"{key}: not an ISO 8601 date-time")
+    if text[17:20] == "60" and text[16:17] == ":":  # a leap second (RFC 3339 allows it)
+        text = text[:17] + "59" + text[19:]
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        fail(web.HTTPBadRequest, f"{key}: {raw[:40]!r} is not an ISO 8601 date-time")
+    if parsed.tzinfo is None:
         fail(web.HTTPBadRequest, f"{key}: {raw[:40]!r} has no time zone; add Z or an offset "
                                  "(+02:00)")
     try:
-        return parse_time(raw)
-    except ValueError as exc:
-        fail(web.HTTPBadRequest, f"{key}: {exc}")
+        moment = parsed.astimezone(UTC)
+    except OverflowError:  # year 1 or 9999 shifted by its offset
+        moment = _EARLIEST if parsed.year < 1970 else _LATEST
+    return min(max(moment, _EARLIEST), _LATEST).replace(
+        microsecond=moment.microsecond // 1000 * 1000)
 
 
-def _naive(raw: str) -> bool:
-    """Whether an ISO 8601 text names a wall-clock time without a zone."""
-    try:
-        parsed = datetime.fromisoformat(raw.strip())
-    except ValueError:
-        return False
-    return parsed.tzinfo is None
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+_LATEST = datetime(2200, 12, 31, 23, 59, 59, tzinfo=UTC)
+
+
+def query_enum(request: web.Request, key: str, allowed: tuple[str, ...]) -> str:
+    """A parameter with a closed set of values ('' when absent; 400 naming them else)."""
+    raw = request.query.get(key, "")
+    if raw and raw not in allowed:
+        fail(web.HTTPBadRequest, f"{key} must be one of {', '.join(allowed)}")
+    return raw
 
 
 def query_int(request: web.Request, key: str) -> int | None:

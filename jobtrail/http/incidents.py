@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from jobtrail.http.common import BACKEND, fail, principal, query_time, reply
+from jobtrail.http.common import BACKEND, fail, principal, query_enum, query_time, reply
 from jobtrail.http.guard import require
 from jobtrail.identity import Principal
 from jobtrail.identity.roles import command_role
@@ -35,11 +35,14 @@ def scope(request: web.Request) -> list[str] | None:
 
 
 async def list_incidents(request: web.Request) -> web.Response:
+    from processors.incidents.model import STATUSES
+
     backend = request.app[BACKEND]
-    rows = await backend.call(backend.store.incidents, scope(request),
-                              status=request.query.get("status", ""),
+    status = query_enum(request, "status", STATUSES)
+    include = query_enum(request, "include", ("infrastructure",))
+    rows = await backend.call(backend.store.incidents, scope(request), status=status,
                               since=query_time(request, "since"),
-                              infrastructure=request.query.get("include") == "infrastructure")
+                              infrastructure=include == "infrastructure")
     return reply({"incidents": rows})
 
 
@@ -75,10 +78,12 @@ def _authorise(who: Principal, command: str, full: dict[str, Any],
     return data
 
 
+COMMAND_FIELDS = frozenset({"command", "command_id", "data"})
+
+
 def claimed_by(body: dict[str, Any], who: Principal) -> None:
-    """Refuse a `by` naming anyone but the caller: the actor comes from the credential."""
-    by = body.get("by")
-    if by is not None and by != who.name:
+    """Refuse a `by`: who acts is the credential's principal, never a name in the body."""
+    if "by" in body:
         raise ValueError(f"by: the actor is taken from your credential ({who.describe()}), "
                          "never from the body: drop `by`")
 
@@ -101,6 +106,12 @@ async def incident_command(request: web.Request) -> web.Response:
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         claimed_by(body, who)
+        unknown = sorted(set(body) - COMMAND_FIELDS)
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a field of a command (command, command_id, "
+                             "data)")
+        if not isinstance(body.get("command_id"), str):
+            raise ValueError("command_id: a string is required (the idempotency key)")
         data = body.get("data", {})
         if not isinstance(data, dict):
             raise ValueError("data: must be a JSON object")

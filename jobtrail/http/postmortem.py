@@ -23,16 +23,21 @@ from typing import Any
 
 from aiohttp import web
 
-from jobtrail.http.common import BACKEND, SESSION, SETTINGS, fail, principal, reply
+from jobtrail.http.common import (
+    BACKEND,
+    SESSION,
+    SETTINGS,
+    fail,
+    principal,
+    query_enum,
+    reply,
+)
 from jobtrail.http.guard import csrf_token, require
 from jobtrail.http.incidents import _authorise, claimed_by, scope
-from jobtrail.identity.roles import command_role
+from jobtrail.identity.roles import POSTMORTEM_VERBS, command_role
+from processors.postmortem.state import SECTIONS
 
-VERBS = {"draft": "draft_postmortem", "edit": "edit_postmortem", "review": "request_review",
-         "request-changes": "request_changes", "approve": "approve_postmortem",
-         "publish": "publish_postmortem", "waive": "waive_postmortem",
-         "learning": "record_learning", "sample": "record_learning",
-         "monitor": "record_learning", "runbook": "record_learning"}
+VERBS = POSTMORTEM_VERBS
 FIELDS = {"draft_postmortem": ("owner",), "edit_postmortem": ("section", "text"),
           "request_review": ("reviewers",), "request_changes": ("comment",),
           "approve_postmortem": ("comment",), "publish_postmortem": (),
@@ -40,9 +45,25 @@ FIELDS = {"draft_postmortem": ("owner",), "edit_postmortem": ("section", "text")
 """What each verb reads from the body. `learning` declines one with a reason; `sample`,
 `monitor` (body `rules`: the YAML of the rules change) and `runbook` make the artefact under
 HOME/learnings/, check it, and record it, like `jobtrail postmortem sample|monitor|runbook`."""
+TYPES = {"reviewers": "a list of strings", "learning": "one of sample, monitor, runbook",
+         "section": "one of " + ", ".join(SECTIONS)}
 MADE = ("sample", "monitor", "runbook")
+
+
+def _typed(key: str, value: Any) -> bool:
+    if key == "reviewers":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if key == "learning":
+        return value in ("sample", "monitor", "runbook")
+    if key == "section":
+        return value in SECTIONS
+    return isinstance(value, str)
 REQUIRED = {"edit": ("section", "text"), "request-changes": ("comment",),
             "waive": ("reason",), "learning": ("learning",), "monitor": ("rules",)}
+
+
+class NeedsSample(ValueError):
+    """A monitor asked for before the failure sample it is checked against (409)."""
 
 
 def _make(settings: Any, store: Any, incident_id: str, verb: str,
@@ -70,7 +91,7 @@ def _make(settings: Any, store: Any, incident_id: str, verb: str,
             raise learn.LearningFailed("rules: the YAML of the proposed rules change")
         recorded = inc.pm.learnings.get("sample")
         if recorded is None or not recorded.path or not Path(recorded.path).exists():
-            raise learn.LearningFailed("no failure sample recorded: make one first "
+            raise NeedsSample("no failure sample recorded: make one first "
                                        "(POST .../postmortem/sample)")
         name = hashlib.sha256(rules.encode()).hexdigest()[:12]
         done = learn.write_monitor(Path(recorded.path), rules,
@@ -122,7 +143,7 @@ async def command(request: web.Request) -> web.Response:
     from jobtrail.postmortem_view import document, state
     from processors.incidents.model import Command, InvalidTransition
 
-    verb = request.match_info["verb"]
+    verb = request.path.rsplit("/", 1)[-1]  # one route per verb (each its own body)
     if verb not in VERBS:
         fail(web.HTTPNotFound, f"no postmortem verb {verb!r} (one of {', '.join(VERBS)})")
     who = principal(request)
@@ -137,6 +158,17 @@ async def command(request: web.Request) -> web.Response:
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         claimed_by(body, who)
+        unknown = sorted(set(body) - set(FIELDS[name]) - {"command_id"} - (
+            {"rules"} if verb == "monitor" else set()))
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a field of {verb} (it takes "
+                             f"{', '.join(('command_id', *FIELDS[name]))})")
+        if "command_id" in body and not (isinstance(body["command_id"], str)
+                                         and 0 < len(body["command_id"]) <= 200):
+            raise ValueError("command_id: a string of 1 to 200 characters")
+        for key in FIELDS[name] + (("rules",) if verb == "monitor" else ()):
+            if key in body and not _typed(key, body[key]):
+                raise ValueError(f"{key}: must be {TYPES.get(key, 'a string')}")
         data = {k: body[k] for k in FIELDS[name] if k in body}
         for required in REQUIRED.get(verb, ()):
             if not isinstance(body.get(required), str) or not body[required].strip():
@@ -162,6 +194,8 @@ async def command(request: web.Request) -> web.Response:
         try:
             made = await backend.call(_make, request.app[SETTINGS], backend.store, incident_id,
                                       verb, body)
+        except NeedsSample as exc:
+            fail(web.HTTPConflict, str(exc))
         except LearningFailed as exc:
             fail(web.HTTPUnprocessableEntity, str(exc))
         cmd = cmd.model_copy(update={"data": made})
@@ -180,7 +214,7 @@ async def followups(request: web.Request) -> web.Response:
     """`GET /v1/followups?team=&overdue=true&status=`: follow-ups across incidents, bound
     to the caller's projects."""
     backend = request.app[BACKEND]
-    overdue = request.query.get("overdue", "") in ("1", "true", "yes")
+    overdue = query_enum(request, "overdue", ("true", "false", "1", "0")) in ("1", "true")
     rows = await backend.call(backend.store.followups, scope(request),
                               team=request.query.get("team", ""),
                               status=request.query.get("status", ""),

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 from typing import Any
 
+POSTMORTEM_VERBS = {
+    "draft": "draft_postmortem", "edit": "edit_postmortem", "review": "request_review",
+    "request-changes": "request_changes", "approve": "approve_postmortem",
+    "publish": "publish_postmortem", "waive": "waive_postmortem",
+    "learning": "record_learning", "sample": "record_learning",
+    "monitor": "record_learning", "runbook": "record_learning"}
+"""`POST /v1/incidents/{id}/postmortem/<verb>` -> the incident command it is."""
+
 ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("POST", "/v1/events"): "responder",
     ("POST", "/v1/ingest/{adapter}"): "responder",
     ("POST", "/v1/incidents/{incident_id}/commands"): "responder",
-    ("POST", "/v1/incidents/{incident_id}/postmortem/{verb}"): "responder",
     ("POST", "/v1/subscriptions"): "responder",
     ("DELETE", "/v1/subscriptions/{sub_id}"): "responder",
     ("POST", "/v1/subscriptions/{sub_id}/test"): "responder",
@@ -51,3 +58,8 @@ def command_role(command: str, data: dict[str, Any]) -> str:
     if command == "close" and data.get("force"):
         return "admin"
     return COMMAND_ROLES.get(command, "admin")
+
+
+for _verb, _command in POSTMORTEM_VERBS.items():
+    ROUTE_ROLES[("POST", f"/v1/incidents/{{incident_id}}/postmortem/{_verb}")] = \
+        command_role(_command, {})
