@@ -80,8 +80,10 @@ _LATEST = datetime(2200, 12, 31, 23, 59, 59, tzinfo=UTC)
 
 def query_enum(request: web.Request, key: str, allowed: tuple[str, ...]) -> str:
     """A parameter with a closed set of values ('' when absent; 400 naming them else)."""
-    raw = request.query.get(key, "")
-    if raw and raw not in allowed:
+    raw = request.query.get(key)
+    if raw is None:
+        return ""
+    if raw not in allowed:
         fail(web.HTTPBadRequest, f"{key} must be one of {', '.join(allowed)}")
     return raw
 
