@@ -16,7 +16,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     exit 1
   fi
 fi
-bash scripts/setup.sh
+bash scripts/setup.sh --dev
 V=${JOBTRAIL_VENV:-.venv}/bin
 "$V/jobtrail" dev kafka fetch
 "$V/ruff" check .

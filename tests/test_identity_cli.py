@@ -8,7 +8,7 @@ import getpass
 import json
 from pathlib import Path
 
-from jobtrail import sample
+from jobtrail.learn import sample
 from tests.trust_kit import cli
 
 

@@ -11,7 +11,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from jobtrail import sample
 from jobtrail.config import Settings
 from jobtrail.http import create_app
 from jobtrail.http.postmortem import VERBS
@@ -22,6 +21,7 @@ from jobtrail.identity.roles import (
     UNAUTHENTICATED_WRITES,
     command_role,
 )
+from jobtrail.learn import sample
 from jobtrail.store import Store
 from tests.identity_kit import (
     TOKENS,
