@@ -142,9 +142,12 @@ document.addEventListener("DOMContentLoaded", () => {
   const outcome = document.getElementById("outcome");
   for (const button of form.querySelectorAll("button[data-verb]")) {
     button.addEventListener("click", async () => {
-      const body = {comment: form.elements.comment.value,
-                    command_id: "ui-" + crypto.randomUUID()};
+      const body = {command_id: "ui-" + crypto.randomUUID()};
       const verb = button.dataset.verb;
+      // each verb takes its own fields (an unknown one is refused)
+      if (verb === "approve" || verb === "request-changes") {
+        body.comment = form.elements.comment.value;
+      }
       if (verb === "review") body.reviewers = [];
       const response = await fetch(
         `/v1/incidents/${encodeURIComponent(incident)}/postmortem/${verb}`,
