@@ -83,12 +83,27 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           negative_data_rejection, positive_data_acceptance, missing_required_header]
 
 
+def _unstated() -> set[str]:
+    """Operations whose positive data a schema cannot state (tests/schemathesis.toml says
+    why for each)."""
+    import tomllib
+
+    config = tomllib.loads((Path(__file__).parent / "schemathesis.toml").read_text())
+    return {op["include-name"] for op in config["operations"]
+            if op["checks"]["positive_data_acceptance"]["enabled"] is False}
+
+
+UNSTATED = _unstated()
+
+
 @schema.parametrize()
 @settings(max_examples=int(os.environ.get("JOBTRAIL_SCHEMATHESIS_N", "25")), deadline=None,
           suppress_health_check=list(HealthCheck))
 def test_the_live_api_keeps_its_document(case: schemathesis.Case, live: str) -> None:
+    checks = [c for c in CHECKS if c is not positive_data_acceptance] \
+        if case.operation.label in UNSTATED else CHECKS
     case.call_and_validate(base_url=live, headers={"Authorization": "Bearer tok-ops"},
-                           checks=CHECKS)
+                           checks=checks)
 
 
 def test_openapi_json_is_served(live: str) -> None:
