@@ -91,13 +91,15 @@ def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, si
 @click.pass_context
 def demo(ctx: click.Context, colour: bool | None) -> None:
     """Load the bundled 64-node sample scenario (embedded) and show its timeline."""
+    from ingest.redact import redact_text
     from jobtrail.cli import incidents as cli_incidents
     from jobtrail.learn import sample
     from processors.topology import Topology
     from schemas.topology import TopologyFile
 
     settings = _settings(ctx).with_(kafka="")
-    click.echo(f"loading the sample scenario into {settings.dsn}")
+    # a server's DSN carries its password (the dev server's always does): never echo it
+    click.echo(f"loading the sample scenario into {redact_text(settings.dsn)}")
     wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
     from jobtrail.cli.ingest import _ingest_text
 
@@ -338,12 +340,14 @@ def schema_types() -> None:
 def _register() -> None:
     from jobtrail.cli import (
         alerts,
+        collect,
         dev,
         grafana,
         incidents,
         ingest,
         postmortem,
-        )
+        topology,
+    )
 
     main.add_command(dev.dev)
     main.add_command(ingest.ingest)
@@ -355,6 +359,8 @@ def _register() -> None:
     main.add_command(postmortem.postmortem)
     main.add_command(postmortem.followups)
     main.add_command(postmortem.scenario)
+    main.add_command(topology.topology)
+    main.add_command(collect.collect)
     for command in alerts.COMMANDS:
         main.add_command(command)
 
