@@ -12,9 +12,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+class Actor(BaseModel):
+    """Who did it: a person or a service (from the credential that authenticated the
+    request: the name is the principal's, never one the caller wrote), a team, or a processor
+    and its rule. `credential` labels that credential (`token:ops-bot`, `oidc:<issuer>`,
+    `proxy`, `cli:os-user`, `cli:JOBTRAIL_IDENTITY`); it defaults to '' so the log written
+    before credentials were recorded still folds: there, a person's name was claimed, not
+    known (the API shows it as `unverified`). Processors act under no credential."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["person", "service", "team", "processor"]
+    name: str = Field(min_length=1, max_length=200)
+    rule: str = ""
+    credential: str = Field(default="", max_length=200)
+
+    def label(self) -> str:
+        via = f" via {self.credential}" if self.credential else ""
+        return f"{self.kind}:{self.name}" + (f" (rule {self.rule})" if self.rule else "") + via
 
 
 class Payload(BaseModel):

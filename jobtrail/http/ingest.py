@@ -62,7 +62,7 @@ def _time_headers(h: Any) -> tuple[Any, str, int | None]:
 
     from schemas.events import parse_time
 
-    boot_raw, zone = h.get("X-Jobtrail-Boot-Time", ""), h.get("X-Jobtrail-Timezone", "UTC")
+    boot_raw, zone = h.get("X-Jobtrail-Boot-Time", ""), h.get("X-Jobtrail-Timezone") or "UTC"
     year_raw = h.get("X-Jobtrail-Year", "")
     boot = None
     try:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from schemas.incident_events import PAYLOADS, Payload, parse
+from schemas.incident_events import Actor as Actor
 
 KINDS = tuple(PAYLOADS)
 STATUSES = ("open", "acknowledged", "mitigated", "resolved", "closed")
@@ -40,17 +41,6 @@ _ACTION_DONE = {"done", "not_doing", "dismissed"}
 
 class InvalidTransition(ValueError):
     """A request the incident's current state does not allow (the message says why)."""
-
-
-class Actor(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["person", "team", "processor"]
-    name: str = Field(min_length=1, max_length=200)
-    rule: str = ""
-
-    def label(self) -> str:
-        return f"{self.kind}:{self.name}" + (f" (rule {self.rule})" if self.rule else "")
 
 
 class IncidentEvent(BaseModel):

@@ -20,6 +20,7 @@ def log_row(event: IncidentEvent) -> dict[str, Any]:
     return {"id": event.id, "incident_id": event.incident_id, "seq": event.seq,
             "kind": event.kind, "time": event.time.isoformat(), "actor_kind": event.actor.kind,
             "actor": event.actor.name, "rule": event.actor.rule,
+            "credential": event.actor.credential,
             "data": event.model_dump_json(include={"data"})[8:-1],
             "command_id": event.command_id}
 
