@@ -31,7 +31,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from processors.incidents.book import Book, Progress
-from processors.incidents.model import Incident, IncidentEvent, apply, new_event
+from processors.incidents.model import (
+    Incident,
+    IncidentEvent,
+    InvalidTransition,
+    apply,
+    new_event,
+)
 from processors.timeline import TimelineRow
 from schemas import incident_events as ev
 from schemas.events import Event
@@ -173,7 +179,11 @@ def _conclusion(inc: Incident) -> dict[str, Any]:
 def _write(live: Book, inc_id: str, payload: ev.Payload, time: datetime,
            discriminator: str) -> IncidentEvent | None:
     state = live.incidents[inc_id]
-    event = new_event(state, inc_id, payload, time, _actor(), discriminator)
+    try:
+        event = new_event(state, inc_id, payload, time, _actor(), discriminator)
+    except InvalidTransition:
+        live.refused += 1
+        return None
     live.incidents[inc_id] = apply(state, event)
     return event
 
@@ -215,14 +225,14 @@ def reconcile(live: Book, rebuilt: Book, replay: list[IncidentEvent], touched: s
         if inc_id not in rebuilt.incidents or inc_id not in live.incidents:
             continue
         now, was = rebuilt.incidents[inc_id], live.incidents[inc_id]
-        if was.merged_into or _conclusion(now) == _conclusion(was):
+        if not was.withdrawn and _conclusion(now) == _conclusion(was):
             continue
         event = _write(live, inc_id, revision(now, why), late.time,
                        f"revised:{late.id}:{was.seq}")
         if event is not None:
             out.append(event)
     for inc_id in orphans:
-        if inc_id in renamed.values() or live.incidents[inc_id].merged_into:
+        if inc_id in renamed.values() or live.incidents[inc_id].withdrawn:
             continue
         was = live.incidents[inc_id]
         target = next((i for i in sorted(rebuilt.incidents)

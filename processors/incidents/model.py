@@ -42,7 +42,7 @@ _FROM: dict[str, tuple[str, ...]] = {
 }
 _TO = {"acknowledged": "acknowledged", "mitigated": "mitigated", "resolved": "resolved",
        "reopened": "open", "closed": "closed"}
-_AFTER_CLOSE = {"note_added", "action_updated", "action_added", "action_proposed",
+_AFTER_CLOSE = {"note_added", "diagnosis_revised", "action_updated", "action_added", "action_proposed",
                 "postmortem_drafted", "postmortem_section_edited",
                 "postmortem_review_requested", "postmortem_changes_requested",
                 "postmortem_approved", "postmortem_published", "learning_recorded"}
@@ -229,6 +229,7 @@ class Incident:
     charged_gpu_hours: float = 0.0  # loss charged here by other incidents (checkpoints)
     linked: tuple[str, ...] = ()  # incidents a standing incident links
     merged_into: str = ""  # late evidence put this incident's attempts in that one
+    withdrawn: bool = False  # in time order the events do not give this incident
     pm: Postmortem = field(default_factory=Postmortem)
     people: set[str] = field(default_factory=set)  # the persons in the log (blameless check)
     flags: set[str] = field(default_factory=set)  # repeat, no_restart, duplicate_run, ...
@@ -392,9 +393,11 @@ def _(p: ev.NoteAdded, inc: Incident, event: IncidentEvent) -> None:
 @_evolve.register
 def _(p: ev.DiagnosisRevised, inc: Incident, event: IncidentEvent) -> None:
     if p.merged_into or not p.key:
-        inc.merged_into, inc.status, inc.closed_at = p.merged_into, "closed", event.time
-        inc.explanation = p.why
+        inc.merged_into, inc.withdrawn, inc.explanation = p.merged_into, True, p.why
+        inc.status, inc.closed_at = "closed", event.time
         return
+    if inc.withdrawn:  # later evidence gives it back
+        inc.merged_into, inc.withdrawn, inc.status, inc.closed_at = "", False, "open", None
     inc.key, inc.klass, inc.entity, inc.title = p.key, p.klass, p.entity, p.title
     inc.cause_class, inc.cause_entity, inc.cause_event = p.cause_class, p.cause_entity, \
         p.cause_event
