@@ -145,7 +145,7 @@ def _jobs(rng: random.Random) -> list[_Job]:
         size = rng.choice((2, 4, 8))
         jobs.append(_Job(f"job-{i}", list(range(first, first + size)),
                          T0 + timedelta(minutes=rng.randint(0, 10)),
-                         timedelta(seconds=rng.choice((60, 90, 120))),
+                         timedelta(seconds=rng.choice((180, 240, 300))),
                          rng.choice((50, 100))))
     return jobs
 

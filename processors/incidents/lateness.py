@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 Position = tuple[datetime, str]
 RULE = "lateness"
 _STRAGGLER = "\uffff"
+EVERY = timedelta(minutes=5)
+"""Checkpoint spacing in event time (at most horizon / 8): a late event replays at most
+this much before it, plus what arrived after it."""
 
 
 @dataclass
@@ -64,15 +67,16 @@ class Lateness:
     journal: list[tuple[Position, Event]] = field(default_factory=list)
     checkpoints: list[Checkpoint] = field(default_factory=list)
     head: Position | None = None
-    touched: list[tuple[Position, str]] = field(default_factory=list)
-    """(position of the event that wrote it, incident): what a re-evaluation compares."""
+    touched: dict[str, Position] = field(default_factory=dict)
+    """incident -> the position of the last event that wrote to it: a re-evaluation
+    compares the incidents written after its checkpoint."""
     reevaluations: int = 0
     revisions: int = 0
     stragglers: int = 0
 
     @property
     def every(self) -> timedelta:
-        return max(self.horizon / 8, timedelta(seconds=1))
+        return max(min(self.horizon / 8, EVERY), timedelta(seconds=1))
 
     def observe(self, d: Detector, event: Event,
                 rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
@@ -91,9 +95,14 @@ class Lateness:
         out = d.observe(event, rows_of(event))
         self.journal.append((position, event))
         self.head = position
-        self.touched.extend((position, e.incident_id) for e in out)
+        self._touch(position, out)
         self._after(d)
         return out
+
+    def _touch(self, position: Position, events: list[IncidentEvent]) -> None:
+        for e in events:
+            if self.touched.get(e.incident_id, position) <= position:
+                self.touched[e.incident_id] = position
 
     def _base(self, position: Position) -> int | None:
         """The index of the newest checkpoint before `position`."""
@@ -103,12 +112,15 @@ class Lateness:
                 return i
         return None
 
+    def _checkpoint(self, d: Detector, position: Position) -> None:
+        last = self.checkpoints[-1].position
+        if last is None or position[0] - last[0] >= self.every:
+            self.checkpoints.append(Checkpoint(position, pickle.dumps(d.book)))
+
     def _after(self, d: Detector) -> None:
         """Checkpoint every `every` of event time; forget what is past the horizon."""
         assert self.head is not None
-        last = self.checkpoints[-1].position
-        if last is None or self.head[0] - last[0] >= self.every:
-            self.checkpoints.append(Checkpoint(self.head, pickle.dumps(d.book)))
+        self._checkpoint(d, self.head)
         cutoff = self.head[0] - self.horizon if d.book.watermark is None else \
             d.book.watermark - self.horizon
         while len(self.checkpoints) > 1 and (at := self.checkpoints[1].position) is not None \
@@ -118,7 +130,7 @@ class Lateness:
         if oldest is not None:
             cut = bisect.bisect_right(self.journal, oldest, key=lambda j: j[0])
             del self.journal[:cut]
-            self.touched = [t for t in self.touched if t[0] > oldest]
+            self.touched = {i: at for i, at in self.touched.items() if at > oldest}
 
     def _reevaluate(self, d: Detector, base: int, position: Position, event: Event,
                     rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
@@ -128,7 +140,7 @@ class Lateness:
         del self.checkpoints[base + 1:]  # taken before this event: no longer the answer
         since = checkpoint.position
         live = d.book
-        touched = {inc for at, inc in self.touched if since is None or at > since}
+        touched = {inc for inc, at in self.touched.items() if since is None or at > since}
         replay: list[IncidentEvent] = []
         d.book = pickle.loads(checkpoint.book)
         start = 0 if since is None else bisect.bisect_right(self.journal, since,
@@ -136,9 +148,16 @@ class Lateness:
         for at, replayed in self.journal[start:]:
             emitted = d.observe(replayed, rows_of(replayed))
             replay.extend(emitted)
-            self.touched.extend((at, e.incident_id) for e in emitted)
-        out = reconcile(live, d.book, replay, touched, event)
-        self.touched.extend((position, e.incident_id) for e in out)
+            self._touch(at, emitted)
+            if at > position:  # the next late event replays from closer
+                self._checkpoint(d, at)
+        out, renamed = reconcile(live, d.book, replay, touched, event)
+        for later in self.checkpoints[base + 1:]:  # taken during the replay: renamed too
+            if renamed:
+                book = pickle.loads(later.book)
+                _rename(book, renamed)
+                later.book = pickle.dumps(book)
+        self._touch(position, out)
         self.revisions += sum(1 for e in out if e.kind == "diagnosis_revised")
         return out
 
@@ -167,13 +186,14 @@ def revision(inc: Incident, why: str) -> ev.DiagnosisRevised:
         "evidence": [asdict(e) for e in inc.evidence.values()], "proposed": proposed})
 
 
-def _conclusion(inc: Incident) -> dict[str, Any]:
-    data = revision(inc, "").data()
-    data.pop("proposed", None)
-    if inc.owner_rule == "manual":
-        for name in ("owner", "owner_rule", "owner_why"):
-            data.pop(name, None)
-    return data
+def _conclusion(inc: Incident) -> tuple[Any, ...]:
+    """What `revision` carries, to compare (a person's owner is not the detector's)."""
+    owner = () if inc.owner_rule == "manual" else (inc.owner, inc.owner_rule, inc.owner_why)
+    return (inc.key, inc.klass, inc.entity, inc.title, inc.cause_class, inc.cause_entity,
+            inc.cause_event, inc.cause_source, inc.cause_rank, inc.confidence,
+            inc.explanation, inc.severity, inc.severity_why, owner, inc.first_signal_at,
+            inc.last_signal_at, inc.signals, sorted(inc.flags), inc.charged_gpu_hours,
+            inc.linked, inc.jobs, inc.evidence)
 
 
 def _write(live: Book, inc_id: str, payload: ev.Payload, time: datetime,
@@ -195,16 +215,18 @@ def _actor() -> Any:
 
 
 def reconcile(live: Book, rebuilt: Book, replay: list[IncidentEvent], touched: set[str],
-              late: Event) -> list[IncidentEvent]:
+              late: Event) -> tuple[list[IncidentEvent], dict[str, str]]:
     """Bring the log to the rebuilt memory's conclusions; `rebuilt` becomes the detector's
-    memory (renamed onto the incidents already opened, with what people did kept)."""
+    memory (renamed onto the incidents already opened, with what people did kept). Returns
+    the events to append and the renaming (replay id -> the id in the log)."""
     out: list[IncidentEvent] = []
     why = (f"{late.type} {late.id} at {late.time.isoformat()} arrived after later events; "
            "the events in time order give this conclusion")
     by_incident: dict[str, list[IncidentEvent]] = {}
     for e in replay:
         by_incident.setdefault(e.incident_id, []).append(e)
-    orphans = sorted((i for i in touched if i in live.incidents and i not in rebuilt.incidents),
+    orphans = sorted((i for i, inc in live.incidents.items()
+                      if i not in rebuilt.incidents and not inc.withdrawn),
                      key=lambda i: (live.incidents[i].opened_at or late.time, i))
     new = sorted((i for i in rebuilt.incidents if i not in live.incidents),
                  key=lambda i: (rebuilt.incidents[i].opened_at or late.time, i))
@@ -225,7 +247,7 @@ def reconcile(live: Book, rebuilt: Book, replay: list[IncidentEvent], touched: s
         if inc_id not in rebuilt.incidents or inc_id not in live.incidents:
             continue
         now, was = rebuilt.incidents[inc_id], live.incidents[inc_id]
-        if not was.withdrawn and _conclusion(now) == _conclusion(was):
+        if now.withdrawn or (not was.withdrawn and _conclusion(now) == _conclusion(was)):
             continue
         event = _write(live, inc_id, revision(now, why), late.time,
                        f"revised:{late.id}:{was.seq}")
@@ -245,11 +267,13 @@ def reconcile(live: Book, rebuilt: Book, replay: list[IncidentEvent], touched: s
             out.append(event)
     for inc_id, inc in live.incidents.items():
         mine = rebuilt.incidents.get(inc_id)
+        if mine is None and not inc.withdrawn:
+            continue  # pragma: no cover - every live incident is rebuilt or withdrawn
         if mine is not None and mine is not inc:
             inc.applied |= mine.applied  # decisions the replay took are taken
-        rebuilt.incidents[inc_id] = inc
+        rebuilt.incidents[inc_id] = inc  # with what people did; withdrawn ones stay known
     rebuilt.opened_observed = {**live.opened_observed, **rebuilt.opened_observed}
-    return out
+    return out, renamed
 
 
 def _rename(book: Book, names: dict[str, str]) -> None:
@@ -261,6 +285,8 @@ def _rename(book: Book, names: dict[str, str]) -> None:
     def n(inc_id: str) -> str:
         return names.get(inc_id, inc_id)
 
+    for old in names.keys() & book.incidents.keys():
+        book.incidents[old].id = names[old]
     book.incidents = {n(k): v for k, v in book.incidents.items()}
     book.open = {k: n(v) for k, v in book.open.items()}
     book.resolved = {k: n(v) for k, v in book.resolved.items()}
