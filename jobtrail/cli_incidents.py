@@ -94,10 +94,14 @@ def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_jso
                    f"{j['failure_step']}, checkpoint {j['last_checkpoint_step']}, "
                    f"{j['recovery']}, {j['lost_gpu_hours']:.2f} GPU-h")
         split = [(name, j.get(f"{name}_s") or 0) for name in
-                 ("rework", "downtime", "restore", "recompute", "degraded")]
+                 ("rework", "downtime", "restore", "degraded")]
         if any(seconds for _, seconds in split):
             click.echo("      lost time: " + ", ".join(f"{name} {seconds / 60:.1f} min"
                                                       for name, seconds in split if seconds))
+        beside = [(name, j.get(f"{name}_s") or 0) for name in ("setback", "queue")]
+        if any(seconds for _, seconds in beside):
+            click.echo("      not counted: " + ", ".join(f"{name} {seconds / 60:.1f} min"
+                                                        for name, seconds in beside))
     click.echo(f"  evidence ({len(f['evidence'])}):")
     for e, count, last in _grouped(f["evidence"])[:30]:
         entity = e["entity"] if count == 1 else f"{e['entity']} .. {last} (x{count})"

@@ -60,7 +60,7 @@ def test_cli_takes_a_sev1_postmortem_from_draft_to_published(tmp_path: Path) -> 
     assert "[x] Postmortem drafted" in shown and "[ ] Postmortem published" in shown
     assert "blameless check: contributing: 'should have'" in shown
     assert "## Contributing factors\n\n*human" in shown
-    assert "426.7 GPU-hours were lost" in shown
+    assert "298.7 GPU-hours were lost" in shown
 
     assert "section must be one of" in run("postmortem", "edit", inc, "nonsense", "--text",
                                            "x", "--by", "ic-ana", ok=False).stderr
@@ -78,7 +78,7 @@ def test_cli_takes_a_sev1_postmortem_from_draft_to_published(tmp_path: Path) -> 
     cut = yaml.safe_load(sample.read_text())
     assert cut["expect"]["incidents"][0]["class"] == "network"
     assert cut["expect"]["incidents"][0]["entity"] == "leaf-01/p2"
-    assert cut["expect"]["incidents"][0]["lost_gpu_hours"] == pytest.approx(426.666667)
+    assert cut["expect"]["incidents"][0]["lost_gpu_hours"] == pytest.approx(298.666667)
     assert "ok   " in run("scenario", "check", str(sample)).stdout
     # a sample whose expectation the replay does not meet fails the runner
     wrong = tmp_path / "learned" / "wrong.yaml"

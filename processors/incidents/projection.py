@@ -66,7 +66,7 @@ def job_rows(inc: Incident) -> list[dict[str, Any]]:
              "restored_step": j.restored_step, "resumed_at": _t(j.resumed_at),
              "verified_at": _t(j.verified_at), "lost_gpu_hours": j.lost_gpu_hours,
              "lost_steps": j.lost_steps, "rework_s": j.rework_s, "downtime_s": j.downtime_s,
-             "restore_s": j.restore_s, "recompute_s": j.recompute_s,
+             "restore_s": j.restore_s, "queue_s": j.queue_s, "setback_s": j.setback_s,
              "degraded_s": j.degraded_s, "recovery": j.recovery,
              "duplicate_run": j.duplicate_run, "version": inc.seq}
             for j in inc.jobs.values()]
