@@ -18,8 +18,10 @@ the truth.
     python -m bench.stories --stories 1000        # a confusion matrix by class, and rates
 
 The truth's loss uses the goodput definition (docs/incidents.md): GPUs x (work thrown away
-since the last good checkpoint up to the first symptom + restart overhead from the new
-attempt's start until progress resumes); a requeue does not hold the GPUs.
+since the last good checkpoint up to the first symptom + the wait for the new attempt while
+the job's GPUs were held for it (pending `Resources`, not `Priority`) + restart overhead from
+the new attempt's start until progress resumes); a preemption loses the thrown-away work
+alone.
 """
 
 from __future__ import annotations
@@ -233,6 +235,10 @@ def generate(seed: int, klass: str | None = None) -> Story:
         story.add("slurmctld", "job.requeued", failed_at + timedelta(seconds=1),
                   job_id=victim.name, attempt=1)
         restart = failed_at + timedelta(minutes=rng.randint(2, 12))
+        queued = klass == "preemption" or rng.random() < 0.5
+        story.add("slurmctld", "job.pending", failed_at + timedelta(seconds=2),
+                  job_id=victim.name, attempt=2,
+                  attributes={"reason": "Priority" if queued else "Resources"})
         spare = [n for n in range(1, 65) if n not in victim.nodes and n != culprit
                  and all(n not in j.nodes for j in jobs)]
         moved = _Job(victim.name, sorted(rng.sample(spare, len(victim.nodes))), restart,
@@ -244,8 +250,11 @@ def generate(seed: int, klass: str | None = None) -> Story:
         story.add("slurmctld", "job.completed", restart + timedelta(minutes=60),
                   job_id=victim.name, attempt=2, attributes={"exit_code": 0})
         thrown = (symptom_at - (ckpt_at or victim.start)).total_seconds()
-        overhead = (resumed - restart).total_seconds()
-        loss = round(victim.gpus * (thrown + overhead) / 3600, 6)
+        # the GPUs stay held until the scheduler releases them (the pending mark)
+        released = failed_at + timedelta(seconds=2) if queued else restart
+        held = 0.0 if klass == "preemption" else (released - symptom_at).total_seconds()
+        overhead = 0.0 if klass == "preemption" else (resumed - restart).total_seconds()
+        loss = round(victim.gpus * (thrown + held + overhead) / 3600, 6)
         recovery = "verified"
     story.truth.append(Truth(klass, entity or f"{PROJECT}/{victim.name}/1", OWNER[klass],
                              jobs_hit, loss, recovery))
