@@ -164,7 +164,7 @@ def generate(seed: int, klass: str | None = None) -> Story:
         _run(story, other, 1, other.start, fault_at + timedelta(minutes=90))
         story.add("slurmctld", "job.completed", fault_at + timedelta(minutes=90),
                   job_id=other.name, attempt=1, attributes={"exit_code": 0})
-    step, last_at, ckpt_at = _run(story, victim, 1, victim.start, fault_at)
+    step, _, ckpt_at = _run(story, victim, 1, victim.start, fault_at)
     culprit = rng.choice(victim.nodes)
     gpu = rng.randrange(8)
     symptom_at = fault_at + timedelta(seconds=rng.randint(20, 120))
@@ -414,10 +414,10 @@ class Report:
         lines.append("")
         lines.append("class".ljust(width) + "".join(h.rjust(13) for h in (
             "n", "class", "class+entity", "owner", "jobs", "loss<=2%", "recovery")))
-        for t in [*truths, None]:
-            n = sum(1 for s in self.scores if t is None or s.klass == t)
-            lines.append((t or "all").ljust(width) + str(n).rjust(13) + "".join(
-                f"{100 * self.rate(w, t):12.1f}%" for w in (
+        for which in [*truths, None]:
+            n = sum(1 for s in self.scores if which is None or s.klass == which)
+            lines.append((which or "all").ljust(width) + str(n).rjust(13) + "".join(
+                f"{100 * self.rate(w, which):12.1f}%" for w in (
                     "class", "class+entity", "owner", "jobs", "loss", "recovery")))
         return "\n".join(lines)
 

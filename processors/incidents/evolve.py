@@ -170,7 +170,7 @@ def _(p: ev.DiagnosisRevised, inc: Incident, event: IncidentEvent) -> None:
 def _revived(cls: Any, data: dict[str, Any]) -> Any:
     """A dataclass from its JSON form (times back to datetimes, unknown keys ignored)."""
     known = cls.__dataclass_fields__
-    values = {k: datetime.fromisoformat(v) if isinstance(v, str) and (
+    values: dict[str, Any] = {k: datetime.fromisoformat(v) if isinstance(v, str) and (
         k.endswith("_at") or k in ("time", "degraded_since")) else v
         for k, v in data.items() if k in known}
     if "projects" in values:
