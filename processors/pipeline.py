@@ -66,11 +66,16 @@ class Pipeline:
         self.job_retention = max(JOB_RETENTION, lateness)
         self._swept: datetime | None = None
 
-    def bind(self, rules: Rules, topology: Topology | None = None) -> None:
-        """After loading a snapshot: this run's rules, and a new topology when the file it
-        was built from changed."""
+    def bind(self, rules: Rules, topology: Topology | None = None,
+             lateness: timedelta | None = None) -> None:
+        """After loading a snapshot: this run's rules, a new topology when the file it
+        was built from changed, and this run's lateness horizon (an import or a backfill
+        runs with a generous one)."""
         if topology is not None:
             self.topology = topology
+        if lateness is not None:
+            self.lateness = self.reorder.horizon = lateness
+            self.job_retention = max(JOB_RETENTION, lateness)
         self.detector.bind(rules, lambda: self.topology)
 
     def restore(self, attempts: Iterable[Attempt], recent: Iterable[Event] = ()) -> None:
