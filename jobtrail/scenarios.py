@@ -264,7 +264,9 @@ def check_incident(scenario: Scenario, inc: Incident, want: dict[str, Any],
 
 def check(scenario: Scenario, log: list[IncidentEvent]) -> list[str]:
     """Every expected incident is there and matches; no other incident exists."""
-    incidents = sorted(fold(log).values(), key=lambda i: (i.opened_at or scenario.start, i.id))
+    # an incident withdrawn (late evidence merged it into another) is not an incident
+    incidents = sorted((i for i in fold(log).values() if not i.withdrawn),
+                       key=lambda i: (i.opened_at or scenario.start, i.id))
     wanted = scenario.expect.get("incidents", [])
     problems = []
     remaining = list(incidents)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from processors.incidents import actions, impact, opening, routing, weighing
+from processors.incidents import actions, correlate, impact, opening, routing, weighing
 from processors.incidents.book import AttemptKey, Progress, Signal, akey
 from processors.incidents.rules import SymptomRule
 from processors.incidents.signals import join
@@ -82,6 +82,8 @@ def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: Attemp
         progress.failed_ckpt = (time, inc_id)
 
     impact.impacted(ctx, inc_id, key, time, rule.name, role=klass.impact, event=event)
+    if chosen is not None and klass.impact == "failed":
+        correlate.regroup(ctx, inc_id, time)
     return inc_id
 
 

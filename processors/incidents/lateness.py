@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import pickle
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ from processors.incidents.model import (
     apply,
     new_event,
 )
+from processors.incidents.revision import revision
 from processors.timeline import TimelineRow
 from schemas import incident_events as ev
 from schemas.events import Event
@@ -167,23 +168,6 @@ class Lateness:
 
 def _active_jobs(inc: Incident) -> set[str]:
     return {k for k, j in inc.jobs.items() if j.role in ("failed", "degraded")}
-
-
-def revision(inc: Incident, why: str) -> ev.DiagnosisRevised:
-    """The detector's conclusion about `inc`, as one payload."""
-    proposed = [asdict(a) for a in inc.actions.values() if a.status == "proposed"]
-    return ev.DiagnosisRevised.model_validate({
-        "why": why, "key": inc.key, "class": inc.klass, "entity": inc.entity,
-        "title": inc.title, "cause_class": inc.cause_class, "cause_entity": inc.cause_entity,
-        "cause_event": inc.cause_event, "cause_source": inc.cause_source,
-        "cause_rank": inc.cause_rank, "confidence": inc.confidence,
-        "explanation": inc.explanation, "severity": inc.severity,
-        "severity_why": inc.severity_why, "owner": inc.owner, "owner_rule": inc.owner_rule,
-        "owner_why": inc.owner_why, "first_signal_at": inc.first_signal_at,
-        "last_signal_at": inc.last_signal_at, "signals": inc.signals,
-        "flags": sorted(inc.flags), "charged_gpu_hours": inc.charged_gpu_hours,
-        "linked": list(inc.linked), "jobs": [asdict(j) for j in inc.jobs.values()],
-        "evidence": [asdict(e) for e in inc.evidence.values()], "proposed": proposed})
 
 
 def _conclusion(inc: Incident) -> tuple[Any, ...]:

@@ -1,0 +1,78 @@
+"""Failures correlated across jobs: when an entity's incident gains a failing attempt, the
+other attempts its signals reached in the window are weighed again (`weighing`), now that
+the entity explains more of them. An attempt whose strongest candidate is now this entity
+moves into its incident; the incident it leaves is withdrawn into this one when it held
+nothing else (a counter tick on one job's leaf that looked like the cause until the
+metadata server's stall broke two more jobs), or revised without it. One story, one
+incident, whatever order the jobs failed in.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from processors.incidents import impact, weighing
+from processors.incidents.book import AttemptKey, akey
+from processors.incidents.revision import revision
+from schemas import incident_events as ev
+
+if TYPE_CHECKING:
+    from processors.incidents.context import Context
+
+RULE = "correlate"
+
+
+def regroup(ctx: Context, inc_id: str, time: datetime) -> None:
+    book = ctx.book
+    inc = book.incidents[inc_id]
+    if inc.job_scoped or not inc.key or not inc.active:
+        return
+    reached = sorted({a for s in book.signals if s.key == inc.key for a in s.reached})
+    for attempt in reached:
+        other_id = book.by_attempt.get(attempt)
+        if other_id is None or other_id == inc_id:
+            continue
+        other = book.incidents[other_id]
+        job = other.jobs.get(akey(attempt))
+        if not other.active or job is None or job.role != "failed" or job.failed_at is None:
+            continue
+        if other.cause_source == "job" and (other.cause_rank or 0) >= weighing.OWN_RANK:
+            continue  # the job's own message named it
+        ranked = weighing.candidates(ctx, attempt, job.failed_at)
+        if not ranked or ranked[0].signal.key != inc.key or ranked[0].signal.key == other.key:
+            continue
+        _move(ctx, attempt, other_id, inc_id, job.failed_at, ranked)
+
+
+def _move(ctx: Context, attempt: AttemptKey, from_id: str, to_id: str, failed_at: datetime,
+          ranked: list[weighing.Candidate]) -> None:
+    book = ctx.book
+    best = ranked[0]
+    was = book.incidents[from_id]
+    why = (f"{akey(attempt)} moves to {to_id}: {best.describe()} now explains it better than "
+           f"{was.cause_entity or was.entity} ({was.klass})")
+    pending = book.pending.get((attempt[0], attempt[1]), [])
+    if (from_id, attempt) in pending:
+        pending.remove((from_id, attempt))
+    book.by_attempt.pop(attempt, None)
+    impact.impacted(ctx, to_id, attempt, failed_at, RULE, role="failed")
+    book.evidence(to_id, best.signal.event, "cause", why, RULE, attempt)
+    to = book.incidents[to_id]
+    book.emit(to_id, ev.CauseUpdated(
+        klass=to.cause_class or to.klass, entity=to.cause_entity or to.entity,
+        event_id=to.cause_event, confidence=to.confidence, source=to.cause_source,
+        rank=to.cause_rank, explanation=f"{to.explanation} It also explains the failure of "
+        f"{akey(attempt)} at {failed_at.isoformat()}.{weighing.losers(ranked, best)}"),
+        failed_at, RULE, f"explains:{akey(attempt)}")
+    held = [k for k, j in was.jobs.items() if j.role in ("failed", "degraded")]
+    if held == [akey(attempt)]:
+        payload = ev.DiagnosisRevised(why=why, merged_into=to_id)
+        for key in [k for k, v in book.open.items() if v == from_id]:
+            del book.open[key]
+    else:
+        payload = revision(was, why)
+        payload = payload.model_copy(update={
+            "jobs": [j for j in payload.jobs
+                     if (j["project"], j["job_id"], j["attempt"]) != attempt]})
+    book.emit(from_id, payload, failed_at, RULE, f"moved:{akey(attempt)}:{to_id}")
