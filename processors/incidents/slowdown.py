@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from processors.incidents import actions, cause, impact, opening, routing
-from processors.incidents.book import AttemptKey, Progress, akey, jobref
+from processors.incidents.book import AttemptKey, Progress, Signal, akey, jobref
 from processors.incidents.rules import SymptomRule
 from schemas import incident_events as ev
 from schemas.events import Event
@@ -98,10 +98,79 @@ def _fail_slow(ctx: Context, event: Event, key: AttemptKey, progress: Progress,
         {"name": "fail-slow", "types": ["job.step"], "class": cfg.klass, "rank": cfg.rank,
          "why": f"step time {step_time:.2f} s is above {cfg.ratio:g} x the baseline "
          f"{baseline:.2f} s for {cfg.for_s / 60:.0f} min with no error"})
-    # localise: any signal in the fault domain since shortly before it slowed down
+    # localise: any signal in the fault domain since shortly before it slowed down; heat or
+    # throttling on several of its nodes names those nodes (their rack, their leaf)
     since = progress.slow_since - timedelta(seconds=ctx.rules.cause_window_s)
+    warned = _warned_nodes(ctx, key, since, event.time)
+    if len(warned) >= 2:
+        progress.slow_incident = _report_warned(ctx, event, key, rule, warned)
+        return
     progress.slow_incident = cause.on_symptom(ctx, event, rule, key, event.time,
                                               f"slow:{akey(key)}", since) or ""
+
+
+_WARNINGS = frozenset({"node.throttled", "node.thermal"})
+
+
+def _warned_nodes(ctx: Context, key: AttemptKey, since: datetime,
+                  time: datetime) -> dict[str, list[Signal]]:
+    """The attempt's nodes that warned of throttling or heat in the window, with the
+    warnings (in time order)."""
+    hi = time + timedelta(seconds=ctx.rules.cause_slack_s)
+    out: dict[str, list[Signal]] = {}
+    for signal in ctx.book.signals:
+        node = signal.event.node or ""
+        if signal.event.type in _WARNINGS and node and key in signal.reached and \
+                since <= signal.event.time <= hi:
+            out.setdefault(node, []).append(signal)
+    return out
+
+
+def _where(ctx: Context, nodes: list[str], time: datetime) -> tuple[str, str]:
+    """(entity, what they share): their rack, else their leaf, else the nodes themselves."""
+    topology = ctx.topology()
+    racks = {topology.rack_of(n) for n in nodes}
+    if len(racks) == 1 and "" not in racks:
+        rack = racks.pop()
+        return rack, f"all in {rack}"
+    leaves = set.intersection(*({link.switch for link in topology.links_of(n, time)}
+                                for n in nodes))
+    if leaves:
+        leaf = min(leaves)
+        return leaf, f"all under {leaf}"
+    return ", ".join(nodes), "in different racks"
+
+
+def _report_warned(ctx: Context, event: Event, key: AttemptKey, rule: SymptomRule,
+                   warned: dict[str, list[Signal]]) -> str:
+    """A slow-down with heat or throttling on several of the job's nodes: the incident is
+    on those nodes' rack (or leaf, or the nodes), owned as `facility_thermal` says, never
+    the job's. Returns the incident the attempt is degraded in."""
+    book, klass = ctx.book, "facility_thermal"
+    nodes = sorted(warned)
+    entity, shared = _where(ctx, nodes, event.time)
+    first = min((s for signals in warned.values() for s in signals),
+                key=lambda s: (s.event.time, s.event.id))
+    group = f"thermal:{entity}"
+    inc_id = book.open.get(group) or opening.open_incident(
+        ctx, group, klass, entity, first.event.id, first.event.time, "fail-slow", event.time,
+        event.observed_at)
+    said = "; ".join(f"{n}: {len(warned[n])} x " + "/".join(sorted({
+        s.event.type.split(".")[1] for s in warned[n]})) for n in nodes)
+    book.emit(inc_id, ev.CauseUpdated(
+        klass=klass, entity=entity, event_id=first.event.id, confidence=0.8,
+        explanation=f"{len(nodes)} of {akey(key)}'s nodes warned of throttling or heat while "
+                    f"it slowed ({rule.why}): {said}; {shared}, so the slow-down is theirs, "
+                    "not the job's.", relation="node", source="infrastructure"),
+        event.time, "fail-slow", f"warned:{akey(key)}")
+    routing.route(ctx, inc_id, event.time, "fail-slow")
+    actions.propose(ctx, inc_id, event.time, first.event, "fail-slow")
+    for signals in warned.values():
+        for s in signals:
+            book.evidence(inc_id, s.event, "cause", s.rule.why, s.rule.name, key)
+    book.evidence(inc_id, event, "symptom", rule.why, rule.name, key)
+    impact.impacted(ctx, inc_id, key, event.time, "fail-slow", role="degraded")
+    return inc_id
 
 
 def _episode_over(ctx: Context, key: AttemptKey, progress: Progress, end: datetime,
