@@ -84,6 +84,8 @@ def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: Attemp
     impact.impacted(ctx, inc_id, key, time, rule.name, role=klass.impact, event=event)
     if chosen is not None and klass.impact == "failed":
         correlate.regroup(ctx, inc_id, time)
+    if klass.impact == "failed":
+        correlate.shared_nodes(ctx, inc_id, key, time)
     return inc_id
 
 

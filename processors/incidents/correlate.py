@@ -5,6 +5,11 @@ moves into its incident; the incident it leaves is withdrawn into this one when 
 nothing else (a counter tick on one job's leaf that looked like the cause until the
 metadata server's stall broke two more jobs), or revised without it. One story, one
 incident, whatever order the jobs failed in.
+
+Across attempts: a job whose last `repeat_offender_count` failed attempts moved between node
+sets but kept some nodes in common (each failure with its own symptom: a segfault, an NCCL
+error, an MMU fault) makes those nodes suspects; each failure counts against them towards the
+repeat-offender verdict (`offenders`), the same as failures grouped on the node.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from processors.incidents import impact, weighing
+from processors.incidents import impact, offenders, weighing
 from processors.incidents.book import AttemptKey, akey
 from processors.incidents.revision import revision
 from schemas import incident_events as ev
@@ -76,3 +81,35 @@ def _move(ctx: Context, attempt: AttemptKey, from_id: str, to_id: str, failed_at
             "jobs": [j for j in payload.jobs
                      if (j["project"], j["job_id"], j["attempt"]) != attempt]})
     book.emit(from_id, payload, failed_at, RULE, f"moved:{akey(attempt)}:{to_id}")
+
+
+def shared_nodes(ctx: Context, inc_id: str, key: AttemptKey, time: datetime) -> None:
+    """The failed attempt `key` and the job's earlier failed attempts: the nodes they all
+    ran on, when they did not all run on the same ones, count each failure."""
+    book, count = ctx.book, ctx.rules.repeat_offender_count
+    job = book.jobs.get((key[0], key[1]))
+    if job is None or count < 2:
+        return
+    horizon = time.timestamp() - ctx.rules.repeat_offender_window_s
+    failed = [a for n, a in sorted(job.attempts.items()) if n < key[2] and a.nodes
+              and a.outcome in ("failed", "requeued") and a.ended_at is not None
+              and a.ended_at.timestamp() >= horizon][-(count - 1):]
+    current = job.attempts.get(key[2])
+    if current is None or not current.nodes or len(failed) < count - 1:
+        return
+    sets = [set(a.nodes) for a in failed] + [set(current.nodes)]
+    common = set.intersection(*sets)
+    if not common or all(s == sets[0] for s in sets):
+        return  # nothing shared, or nowhere else to compare with
+    for node in sorted(common):
+        for attempt in [*failed, current]:
+            ref = (attempt.project, attempt.job_id, attempt.attempt)
+            held = inc_id if ref == key else book.by_attempt.get(ref) or \
+                _held(ctx, ref) or inc_id
+            offenders.failure(ctx, node, held, akey(ref), time)
+
+
+def _held(ctx: Context, ref: AttemptKey) -> str:
+    """The incident that holds a failed attempt, resolved or not."""
+    return next((i for i, inc in ctx.book.incidents.items()
+                 if akey(ref) in inc.jobs and inc.jobs[akey(ref)].role == "failed"), "")
