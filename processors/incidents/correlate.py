@@ -6,6 +6,12 @@ nothing else (a counter tick on one job's leaf that looked like the cause until 
 metadata server's stall broke two more jobs), or revised without it. One story, one
 incident, whatever order the jobs failed in.
 
+Stalls that never failed count as impact: a checkpoint save that took `STALL_RATIO` times
+the attempt's usual save, while an entity that reached the attempt had an incident open,
+puts the attempt in that incident as degraded (the metadata server that failed one job,
+broke another's checkpoint and stalled a third's save for 9 minutes is one incident with
+three jobs).
+
 Across attempts: a job whose last `repeat_offender_count` failed attempts moved between node
 sets but kept some nodes in common (each failure with its own symptom: a segfault, an NCCL
 error, an MMU fault) makes those nodes suspects; each failure counts against them towards the
@@ -14,18 +20,22 @@ repeat-offender verdict (`offenders`), the same as failures grouped on the node.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
+from statistics import median
 from typing import TYPE_CHECKING
 
 from processors.incidents import impact, offenders, weighing
-from processors.incidents.book import AttemptKey, akey
+from processors.incidents.book import AttemptKey, Progress, akey
 from processors.incidents.revision import revision
 from schemas import incident_events as ev
+from schemas.events import Event
 
 if TYPE_CHECKING:
     from processors.incidents.context import Context
 
 RULE = "correlate"
+STALL_RATIO = 10.0
+"""A save this many times the attempt's usual one (its median) is a stall."""
 
 
 def regroup(ctx: Context, inc_id: str, time: datetime) -> None:
@@ -48,6 +58,10 @@ def regroup(ctx: Context, inc_id: str, time: datetime) -> None:
         if not ranked or ranked[0].signal.key != inc.key or ranked[0].signal.key == other.key:
             continue
         _move(ctx, attempt, other_id, inc_id, job.failed_at, ranked)
+    for attempt in reached:
+        progress = book.progress.get(attempt)
+        for start, end, event_id in progress.stalls if progress else ():
+            _stalled(ctx, attempt, start, end, event_id)
 
 
 def _move(ctx: Context, attempt: AttemptKey, from_id: str, to_id: str, failed_at: datetime,
@@ -113,3 +127,37 @@ def _held(ctx: Context, ref: AttemptKey) -> str:
     """The incident that holds a failed attempt, resolved or not."""
     return next((i for i, inc in ctx.book.incidents.items()
                  if akey(ref) in inc.jobs and inc.jobs[akey(ref)].role == "failed"), "")
+
+
+def saved(ctx: Context, event: Event, key: AttemptKey, progress: Progress) -> None:
+    """A checkpoint save: a stall when it took `STALL_RATIO` x the usual."""
+    duration = event.attributes.get("duration_s")
+    if not isinstance(duration, int | float) or isinstance(duration, bool) or duration <= 0:
+        return
+    usual = median(progress.saves) if progress.saves else None
+    progress.saves.append(float(duration))
+    if usual is None or duration < STALL_RATIO * usual:
+        return
+    start = event.time - timedelta(seconds=float(duration))
+    progress.stalls = [*progress.stalls[-7:], (start, event.time, event.id)]
+    _stalled(ctx, key, start, event.time, event.id)
+
+
+def _stalled(ctx: Context, key: AttemptKey, start: datetime, end: datetime,
+             event_id: str) -> None:
+    """The open entity incident whose signals reached the stalled attempt around the stall
+    takes it as degraded."""
+    book = ctx.book
+    for candidate in weighing.candidates(ctx, key, end, start - timedelta(
+            seconds=ctx.rules.cause_window_s)):
+        inc_id = book.open.get(candidate.signal.key)
+        if inc_id is None or book.incidents[inc_id].job_scoped:
+            continue
+        if akey(key) in book.incidents[inc_id].jobs:
+            return
+        minutes = (end - start).total_seconds() / 60
+        impact.impacted(ctx, inc_id, key, end, RULE, role="degraded")
+        book.emit(inc_id, ev.SignalAdded(detail=f"stall: {akey(key)}'s checkpoint save took "
+                                                f"{minutes:.0f} min, {candidate.describe()}"),
+                  end, RULE, f"stall:{event_id}")
+        return
