@@ -5,7 +5,8 @@ a rack, rail 0 on the odd leaf at port pN): one to three training jobs with prog
 checkpoints, one injected fault from a failure class with its real cascade (the ranks time
 out in NCCL, the scheduler fails and requeues the attempt, the node is drained, a new
 attempt restores the last checkpoint and passes the failure step), red herrings (a link
-counter tick, correctable ECC, a fault on an idle node) and the
+counter tick on the victim's leaf or far from it, a fault on an idle node, planned work
+on an idle node: none is the cause, only the idle node's fault is an incident) and the
 truth an SRE would write down: class, entity, owner, impacted attempts, lost GPU-hours,
 recovery.
 
@@ -275,6 +276,20 @@ def _herrings(story: Story, rng: random.Random, jobs: list[_Job], fault_at: date
             attributes={"xid": 79, "gpu": entity[-1]})
         story.truth.append(Truth("gpu_hardware", entity, "hardware-ops", ()))
         story.herrings.append("idle-xid")
+    victim = jobs[0]
+    if rng.random() < 0.4:  # a counter tick on the victim's own leaf port, minutes before
+        n = rng.choice(victim.nodes)
+        story.add("fabric", "network.link_errors", fault_at - timedelta(minutes=rng.randint(
+            2, 8)), scope="port", entity=port(n), attributes={"symbol_errors": 2})
+        story.herrings.append("near-counter-tick")
+    if rng.random() < 0.3:  # planned work: a maintenance drain and reboot of an idle node
+        n = rng.choice(idle)
+        at = fault_at - timedelta(minutes=rng.randint(10, 40))
+        story.add("slurmctld", "node.drained", at, scope="node", entity=node(n), node=node(n),
+                  attributes={"reason": "maintenance: firmware update CHG-4711"})
+        story.add("slurmctld", "node.not_ready", at + timedelta(minutes=5), scope="node",
+                  entity=node(n), node=node(n), attributes={"reason": "Reboot ASAP"})
+        story.herrings.append("planned-work")
     if rng.random() < 0.3:  # a link counter tick far from the failure on another leaf
         n = rng.choice(idle)
         story.add("fabric", "network.link_errors", fault_at - timedelta(minutes=40),
@@ -374,6 +389,8 @@ def score(story: Story, got: Answer) -> list[Score]:
 class Report:
     stories: int = 0
     same_answer: int = 0
+    extra: Counter[str] = field(default_factory=Counter)
+    """incidents no injected fault explains, by class"""
     scores: list[Score] = field(default_factory=list)
     orders: Counter[str] = field(default_factory=Counter)
 
@@ -385,6 +402,10 @@ class Report:
         else:
             self.orders.update(n for n, a in answers.items() if a != answers["time"])
         self.scores.extend(score(story, answers["time"]))
+        for a in answers["time"]:
+            if not any((t.jobs and set(t.jobs) <= set(a[3])) or (not t.jobs and a[1] == t.entity)
+                       for t in story.truth):
+                self.extra[a[0]] += 1
 
     def rate(self, what: str, klass: str | None = None) -> float:
         scores = [s for s in self.scores if klass is None or s.klass == klass]
@@ -403,7 +424,9 @@ class Report:
                  f"source, live with lags); horizon {HORIZON}",
                  f"same answer in every order: {self.same_answer}/{self.stories} "
                  f"({100 * self.same_answer / max(self.stories, 1):.1f} %)"
-                 + (f"; differing orders: {dict(self.orders)}" if self.orders else ""), ""]
+                 + (f"; differing orders: {dict(self.orders)}" if self.orders else ""),
+                 f"incidents no injected fault explains: {sum(self.extra.values())}"
+                 + (f" {dict(self.extra)}" if self.extra else ""), ""]
         found = sorted({s.found or "(none)" for s in self.scores})
         truths = sorted({s.klass for s in self.scores})
         width = max(len(c) for c in found + truths + ["truth \\ found"]) + 1

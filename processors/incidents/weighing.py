@@ -13,9 +13,11 @@ Every signal that reached the attempt's fault domain in the cause window is a ca
                   entity reached in the window, at most 2 (an MDS stall behind three jobs'
                   symptoms beats a counter on one job's leaf)
 
-and ties go to the earlier signal, then to the closer relation. The job's own message wins
+and ties go to the closer relation (the node itself before its leaf), then to the earlier
+signal. The job's own message wins
 over a weak candidate (score 1, another class) when the symptom names its class
-unmistakably (rank 80 and above: an OOM kill, a data loader killed, an ECC error). The
+unmistakably (rank 70 and above: an OOM kill, a data loader killed, an ECC error, a
+segfault). The
 explanation lists every candidate considered and why each lost.
 """
 
@@ -34,8 +36,9 @@ if TYPE_CHECKING:
 CONFIDENCE = {"self": 0.9, "node": 0.9, "gpu": 0.9, "nic": 0.85, "rank": 0.85, "switch": 0.6,
               "target": 0.6, "filesystem": 0.6, "path": 0.6, "queue": 0.5, "change": 0.4}
 MAX_BREADTH = 2
-OWN_RANK = 80
-"""A symptom ranked this high names its class itself (OOM, data loader, ECC, GPU lost)."""
+OWN_RANK = 70
+"""A symptom ranked this high names its class itself (OOM, data loader, ECC, GPU lost, a
+segfault or an illegal memory access), unlike an NCCL timeout or a bare failure."""
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,8 @@ class Candidate:
         event = self.signal.event
         return event.entity or event.node or self.signal.key
 
-    def order(self) -> tuple[int, datetime, float, str]:
-        return (-self.score, self.signal.event.time, -CONFIDENCE.get(self.relation, 0.5),
+    def order(self) -> tuple[int, float, datetime, str]:
+        return (-self.score, -CONFIDENCE.get(self.relation, 0.5), self.signal.event.time,
                 self.signal.event.id)
 
     def describe(self) -> str:

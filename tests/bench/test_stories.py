@@ -12,6 +12,7 @@ def test_every_class_gives_the_truth_in_every_delivery_order() -> None:
     for story in stories.stories(len(stories.CLASSES), first_seed=100):
         report.add(story)
     assert report.same_answer == report.stories, report.text()
+    assert not report.extra, report.text()
     for what in ("class+entity", "owner", "jobs", "loss", "recovery"):
         assert report.rate(what) >= 0.95, report.text()
 
