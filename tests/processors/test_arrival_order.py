@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from bench import stories
-from processors.incidents.model import fold
-from tests.scenarios.library import LIBRARY, check, load, run
+from processors.incidents.model import Actor, Command, fold
+from processors.pipeline import Pipeline
+from tests.scenarios.library import LIBRARY, check, load, run, wiring
 
 SEEDS = range(40)
 PHASES = (Phase.explicit, Phase.reuse, Phase.generate)  # a story is its own small example
@@ -70,3 +71,20 @@ def test_an_event_older_than_the_horizon_is_decided_where_it_arrived() -> None:
     late = [e for e in events if e is not xid] + [xid]
     log = stories.run(late, horizon=timedelta(minutes=10))
     assert stories.answer(log)  # concluded, no crash; arrival order decides past the horizon
+
+
+def test_a_revision_keeps_what_people_did() -> None:
+    scenario = load(LIBRARY / "late-cause.yaml")
+    started, symptom, port_down = scenario.events
+    pipeline = Pipeline(timedelta(seconds=30), wiring(scenario), rules=scenario.rules)
+    log = pipeline.process([started, symptom]).incidents
+    (inc_id,) = {e.incident_id for e in log}
+    person = Actor(kind="person", name="ana")
+    for n, (name, data) in enumerate([("ack", {}), ("assign", {"team": "sre"})]):
+        log += pipeline.command(Command(command_id=f"c{n}", incident_id=inc_id, command=name,
+                                        actor=person, time=symptom.time, data=data)).incidents
+    log += pipeline.process([port_down]).incidents
+    inc = fold(log)[inc_id]
+    assert [e.kind for e in log][-1] == "diagnosis_revised"
+    assert (inc.klass, inc.entity) == ("network", "leaf-01/p9")
+    assert (inc.status, inc.owner, inc.owner_rule) == ("acknowledged", "sre", "manual")
