@@ -13,7 +13,8 @@ never opens a second one for the same failure: an incident the time-ordered even
 give is merged into the one that now holds its attempts.
 
 Bounded: the journal keeps the events since the newest checkpoint older than `horizon`
-behind the watermark; checkpoints are taken every `horizon / 8` of event time. An event
+behind the watermark; checkpoints are taken every `horizon / 4` of event time (at most
+5 min), at most `MAX_CHECKPOINTS` of them. An event
 older than that is decided in arrival order, where it arrived (and replayed there again by a
 later re-evaluation), by the concerns' own late paths (`cause.late`, late attribution).
 Cost: a late event replays the window after its checkpoint; events in order cost nothing.
@@ -50,8 +51,11 @@ Position = tuple[datetime, str]
 RULE = "lateness"
 _STRAGGLER = "\uffff"
 EVERY = timedelta(minutes=5)
-"""Checkpoint spacing in event time (at most horizon / 8): a late event replays at most
+"""Checkpoint spacing in event time (at most horizon / 4): a late event replays at most
 this much before it, plus what arrived after it."""
+MAX_CHECKPOINTS = 12
+"""Memory bound: past it the second oldest goes (the oldest still covers the horizon; the
+recent ones, which most late events use, stay dense)."""
 
 
 @dataclass
@@ -77,7 +81,7 @@ class Lateness:
 
     @property
     def every(self) -> timedelta:
-        return max(min(self.horizon / 8, EVERY), timedelta(seconds=1))
+        return max(min(self.horizon / 4, EVERY), timedelta(seconds=1))
 
     def observe(self, d: Detector, event: Event,
                 rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
@@ -127,6 +131,8 @@ class Lateness:
         while len(self.checkpoints) > 1 and (at := self.checkpoints[1].position) is not None \
                 and at[0] < cutoff:
             self.checkpoints.pop(0)
+        while len(self.checkpoints) > MAX_CHECKPOINTS:
+            self.checkpoints.pop(1)
         oldest = self.checkpoints[0].position
         if oldest is not None:
             cut = bisect.bisect_right(self.journal, oldest, key=lambda j: j[0])
