@@ -13,8 +13,11 @@ Recognised, one line at a time unless noted (docs/adapters.md has an example of 
 - progress lines in the documented default format `step=<int> [loss=<float>]
   [step_time=<float>s] [samples_per_s=<float>]` -> `job.step`.
 The shipper names the job (project, job id, attempt) and the node; a line's own ISO timestamp
-(`2026-11-30T08:57:30Z`, or Python logging's `2026-11-30 08:57:30,123`) is its time, else the
-time it was observed. Unrecognised lines are not events and are skipped.
+(`2026-11-30T08:57:30Z`, or Python logging's `2026-11-30 08:57:30,123`) is its time; a line
+with none (Megatron's checkpoint save/load) takes the time of the nearest timed line of the
+same file, before it else after it, and says so (`time_source: previous_line`); only a file
+without timed lines falls back to the time it was observed. Unrecognised lines are not
+events and are skipped.
 """
 
 from __future__ import annotations
@@ -74,6 +77,10 @@ def _time(line: str, ctx: Context) -> tuple[str, str]:
     return stamp.time, stamp.source
 
 
+_NEIGHBOURS = 200
+"""How far (lines) an untimed line looks for a timed neighbour in its file."""
+
+
 def _num(value: str) -> float | None:
     try:
         return float(value.rstrip("s"))
@@ -85,6 +92,9 @@ class _Lines:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.out: list[dict[str, Any] | Reject] = []
+        self.index = 0
+        """The line being read (0-based): a record without a time of its own remembers it."""
+        self.untimed: list[tuple[dict[str, Any], int]] = []
 
     def emit(self, line: str, type_: str, attributes: dict[str, Any], *, severity: str = "info",
              scope: str | None = None, entity: str | None = None, node: str | None = None,
@@ -100,7 +110,32 @@ class _Lines:
         node = node or self.ctx.node or None
         record.update({k: v for k, v in (("scope", scope), ("entity", entity), ("node", node))
                        if v})
+        if source == "observed":
+            self.untimed.append((record, self.index))
         self.out.append(record)
+
+    def place(self, lines: list[str]) -> None:
+        """A line that prints no time (Megatron's checkpoint save and load lines) takes the
+        time of the nearest timed line before it in the same file, else the one after it,
+        and says so (`time_source` previous_line / next_line, `time_from_line`); never the
+        time it was read, unless the file has no timed line near it."""
+        cache: dict[int, str | None] = {}
+
+        def timed(n: int) -> str | None:
+            if n not in cache:
+                when, source = _time(lines[n], self.ctx)
+                cache[n] = when if source != "observed" else None
+            return cache[n]
+
+        for record, index in self.untimed:
+            before = range(index - 1, max(-1, index - 1 - _NEIGHBOURS), -1)
+            after = range(index + 1, min(len(lines), index + 1 + _NEIGHBOURS))
+            for where, span in (("previous_line", before), ("next_line", after)):
+                found = next((n for n in span if timed(n) is not None), None)
+                if found is not None:
+                    record["time"] = cache[found]
+                    record["attributes"].update(time_source=where, time_from_line=found + 1)
+                    break
 
 
 def _child_failed(lines: list[str], start: int) -> tuple[list[tuple[bool, dict[str, str]]], int]:
@@ -199,6 +234,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     i = 0
     while i < len(lines):
         line = lines[i]
+        sink.index = i
         i += 1
         if "ChildFailedError" in line or _ROOT.search(line) or line.strip() == "Failures:":
             entries, end = _child_failed(lines, i - 1)
@@ -270,6 +306,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 if key in ("loss", "step_time", "samples_per_s") and number is not None:
                     attrs["step_time_s" if key == "step_time" else key] = number
             sink.emit(line, "job.step", attrs)
+    sink.place(lines)
     return sink.out
 
 

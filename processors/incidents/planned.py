@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 KLASS = "planned_change"
 _REPLANNED = frozenset({"node_failure"})
 """Classes whose signals inside a planned window are the planned work itself."""
+_FAULT_WORDS = re.compile(r"(?i)unexpect|fail|error|\bxid\b")
 _NEVER = 10**9  # the threshold count of a planned signal: it never opens an incident alone
 
 
@@ -51,10 +52,11 @@ def maintenance(ctx: Context, event: Event) -> bool:
     if event.type != "node.drained":
         return False
     attrs: dict[str, Any] = event.attributes
-    if attrs.get("ticket"):
-        return True
     reason = attrs.get("reason") if isinstance(attrs.get("reason"), str) else ""
-    return re.search(ctx.rules.planned_reasons, f"{reason} {event.message}") is not None
+    text = f"{reason} {event.message}"
+    if attrs.get("xid") is not None or _FAULT_WORDS.search(text):
+        return False
+    return bool(attrs.get("ticket")) or re.search(ctx.rules.planned_reasons, text) is not None
 
 
 def observe(ctx: Context, event: Event, signal: SignalRule | None) -> SignalRule | None:

@@ -241,10 +241,13 @@ class Rules(_Strict):
     planned_window_s: float = Field(default=4 * 3600, gt=0)
     """How long after a change (`change.*`) or a maintenance drain its node's drains and
     reboots (not-ready) are planned work rather than faults."""
-    planned_reasons: str = (r"(?i)\b(maint\w*|planned|upgrade\w*|firmware|update|patch\w*|"
-                            r"reboot|reimage|change|chg\d*|ticket)\b|\b[A-Z]{2,10}-\d+\b")
+    planned_reasons: str = (r"(?i)\b(maint\w*|planned|upgrad\w*|firmware|patch\w*|reboot|"
+                            r"reimag\w*|change[ -](?:request|ticket)|chg\d*|ticket)\b|"
+                            r"\b[A-Z]{2,10}-\d+\b")
     """A drain reason matching this (a maintenance word or a ticket like CHG-1234) is
-    planned work; so is a drain whose attributes carry a `ticket`."""
+    planned work; so is a drain whose attributes carry a `ticket`. A reason that says
+    `unexpected`, `fail`, `error` or names an Xid never is (Slurm's "Node unexpectedly
+    rebooted", NHC's "Xid 79")."""
     classes: dict[str, FailureClass] = Field(default_factory=dict)
     signals: list[SignalRule] = Field(default_factory=list)
     symptoms: list[SymptomRule] = Field(default_factory=list)

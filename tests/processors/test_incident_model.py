@@ -176,3 +176,21 @@ def test_a_stored_v1_loss_is_recomputed_without_the_recompute_on_every_fold() ->
     (inc,) = fold(log).values()
     assert inc.lost_gpu_hours == 298.666667  # 512 x (1260 + 540 + 300) s / 3600
     assert inc.jobs["p/j/1"].rework_s == 1260.0 and inc.jobs["p/j/1"].queue_s == 0.0
+
+
+@pytest.mark.parametrize(("reason", "planned"), [
+    ("CHG-2041 firmware update", True), ("maintenance: PSU swap", True), ("Reboot ASAP", True),
+    ("Node unexpectedly rebooted boot_time=1764489600", False), ("NHC: Xid 79", False),
+    ("IB link state change", False), ("Kill task failed", False), ("not responding", False)])
+def test_a_drain_is_planned_work_only_when_its_reason_says_so(reason: str,
+                                                              planned: bool) -> None:
+    """Issue 27, item 7: maintenance and tickets are planned; faults never are."""
+    from processors.incidents import planned as planned_work
+    from processors.incidents.book import Book
+    from processors.incidents.context import Context
+    from processors.topology import Topology
+
+    ctx = Context(Book(), load_rules(DEFAULT_RULES), Topology)
+    drained = ev("node.drained", at(0), scope="node", entity="node-001", node="node-001",
+                 attributes={"reason": reason})
+    assert planned_work.maintenance(ctx, drained) is planned
