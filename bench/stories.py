@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from jobtrail import sample
+from jobtrail.learn import sample
 from processors.incidents.model import IncidentEvent, fold
 from processors.pipeline import Pipeline
 from processors.topology import Topology

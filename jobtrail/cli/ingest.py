@@ -1,0 +1,133 @@
+"""`jobtrail ingest`: canonical JSON or a source's own format through its adapter, with what
+each adapter read, skipped and could not time said in the summary (docs/adapters.md)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from jobtrail.cli.common import _parse_when, _settings
+from jobtrail.config import Settings
+
+
+def _summary(result: Any, started: float) -> str:
+    elapsed = time.monotonic() - started
+    return (f"received {result.received}, stored {result.stored}, duplicates {result.duplicates}, "
+            f"dead-lettered {len(result.dead_letters)}, timeline rows {result.timeline_rows} "
+            f"in {elapsed:.2f} s")
+
+
+def _print_dead_letters(letters: list[Any]) -> None:
+    for letter in letters[:20]:
+        where = f" field {letter.field!r}" if letter.field else ""
+        click.echo(f"  dead letter [{letter.stage}] {letter.event_ref}{where}: {letter.reason}",
+                   err=True)
+    if len(letters) > 20:
+        click.echo(f"  ... and {len(letters) - 20} more (jobtrail dead-letters)", err=True)
+
+
+def _ingest_text(settings: Settings, raw: bytes | str, *, producer: str, origin: str,
+                 topology: Any = None, adapter: str = "canonical",
+                 context: dict[str, Any] | None = None) -> None:
+    """Decode (one record per line or array element: one bad byte costs that record, never
+    the file), submit durably, process, and say what happened to every record."""
+    from ingest.canonical import decode
+    from jobtrail.app import open_runtime
+    from schemas.dead_letters import DeadLetter
+
+    started = time.monotonic()
+    now = datetime.now(UTC)
+    if adapter == "canonical":
+        decoded = decode(raw, producer=producer, observed_at=now, origin=origin)
+    else:
+        from ingest.adapters import Context, registry, run_report
+
+        ctx = Context(producer=producer, observed_at=now, origin=origin, **(context or {}))
+        try:
+            adapters = registry(settings.adapter_config())
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(f"adapter mapping: {exc}") from None
+        decoded, report = run_report(adapters[adapter], raw, ctx)
+        if report.summary():
+            click.echo(report.summary())
+            for example in report.examples:
+                click.echo(f"  skipped: {example}")
+    runtime = open_runtime(settings, topology=topology)
+    try:
+        runtime.submit(decoded)
+        result = runtime.drain()
+    finally:
+        runtime.close()
+    if runtime.mode == "cluster":
+        dead = [d for d in decoded if isinstance(d, DeadLetter)]
+        click.echo(f"produced {len(decoded) - len(dead)} events and {len(dead)} dead letters "
+                   f"to {settings.kafka} in {time.monotonic() - started:.2f} s")
+        _print_dead_letters(dead)
+        return
+    click.echo(_summary(result, started))
+    _print_dead_letters(result.dead_letters)
+
+
+def _formats() -> list[str]:
+    from ingest.adapters import registry
+
+    return ["canonical", *sorted(registry())]
+
+
+@click.command()
+@click.argument("file", type=click.File("rb"))
+@click.option("--format", "fmt", type=click.Choice(_formats()), default="canonical",
+              help="Source adapter (docs/adapters.md); canonical = our JSON events")
+@click.option("--producer", default="file", help="Producer name recorded on each event")
+@click.option("--cluster", default="default", help="Cluster, when the payload does not say")
+@click.option("--project", default="", help="For job logs: the job's project")
+@click.option("--job", "job_id", default="", help="For job logs: the job id")
+@click.option("--attempt", type=int, default=None, help="For job logs: the attempt")
+@click.option("--node", default="", help="Node the lines came from, when they do not say")
+@click.option("--boot-time", "boot_time", default="",
+              help="When the node booted (ISO 8601, epoch seconds, or a /proc/stat file): "
+                   "places seconds-since-boot prefixes (raw dmesg, /dev/kmsg)")
+@click.option("--tz", "zone", default="UTC", help="Time zone of local times in the lines "
+                                                  "(dmesg -T, syslog, glog)")
+@click.option("--year", type=int, default=None, help="Year of lines that do not say it "
+                                                     "(default: inferred)")
+@click.option("--kind", default="", help="Kubernetes: what a fragment without `kind` is "
+                                         "(PyTorchJob, Job, Workload, ...)")
+@click.pass_context
+def ingest(ctx: click.Context, file: Any, fmt: str, producer: str, cluster: str, project: str,
+           job_id: str, attempt: int | None, node: str, boot_time: str, zone: str,
+           year: int | None, kind: str) -> None:
+    """Ingest FILE (- for stdin): canonical JSON, or a source's own format with --format."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise click.BadParameter(f"{zone!r} is not an IANA time zone", param_hint="--tz") \
+            from None
+    context = {"cluster": cluster, "project": project, "job_id": job_id, "attempt": attempt,
+               "node": node, "boot_time": _boot_time(boot_time), "tz": zone, "year": year,
+               "kind": kind}
+    _ingest_text(_settings(ctx), file.read(), producer=producer, origin=file.name,
+                 adapter=fmt, context=context)
+
+
+def _boot_time(value: str) -> datetime | None:
+    """--boot-time: ISO 8601, epoch seconds, or a file holding /proc/stat (its btime)."""
+    if not value:
+        return None
+    if value.replace(".", "", 1).isdigit():
+        return datetime.fromtimestamp(float(value), tz=UTC)
+    path = Path(value)
+    if path.is_file():
+        from ingest.timestamps import boot_time_from_proc_stat
+
+        found = boot_time_from_proc_stat(path.read_text(errors="replace"))
+        if found is None:
+            raise click.BadParameter(f"{value}: no btime line", param_hint="--boot-time")
+        return found
+    return _parse_when(value)

@@ -1,0 +1,369 @@
+"""The `jobtrail` command line. Embedded by default; `JOBTRAIL_KAFKA` selects cluster mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from jobtrail.cli.common import _parse_when, _settings, _store
+from jobtrail.config import Settings
+
+
+class _Group(click.Group):
+    """Turns the errors a user can act on (a home held by another process) into one line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from aiokafka.errors import KafkaConnectionError
+
+        from jobtrail.runtime.home import HomeInUse
+
+        try:
+            return super().invoke(ctx)
+        except HomeInUse as exc:
+            raise click.ClickException(str(exc)) from None
+        except KafkaConnectionError as exc:
+            raise click.ClickException(f"cannot reach the Kafka broker "
+                                       f"(JOBTRAIL_KAFKA): {exc}") from None
+
+
+@click.group(cls=_Group)
+@click.option("--home", type=click.Path(path_type=Path), default=None,
+              help="State directory (embedded chDB and log); default $JOBTRAIL_HOME or ./var")
+@click.pass_context
+def main(ctx: click.Context, home: Path | None) -> None:
+    """jobtrail: one cross-system timeline per training job."""
+    from jobtrail.logs import redact_log_records
+
+    redact_log_records()
+    settings = Settings.from_env(os.environ)
+    if home is not None:
+        settings = settings.with_(home=home)
+    ctx.obj = settings
+
+
+@main.command()
+@click.argument("job")
+@click.option("--project", required=True, help="Project the job belongs to (always required)")
+@click.option("--attempt", type=int, default=None)
+@click.option("--since", default=None, help="ISO time; only rows at or after it")
+@click.option("--until", default=None, help="ISO time; only rows at or before it")
+@click.option("--colour/--no-colour", "colour", default=None,
+              help="ANSI colours (default: when stdout is a terminal)")
+@click.option("--json", "as_json", is_flag=True, help="Rows as JSON lines")
+@click.option("--png", "png", type=click.Path(path_type=Path), default=None,
+              help="Draw the job dashboard's panels to this PNG instead")
+@click.pass_context
+def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, since: str | None,
+             until: str | None, colour: bool | None, as_json: bool,
+             png: Path | None = None) -> None:
+    """Show JOB's cross-system timeline, grouped by attempt."""
+    from jobtrail.app import open_store
+    from jobtrail.views.render import render
+
+    store = open_store(_settings(ctx))
+    if png is not None:
+        from dashboards.png import render as draw
+
+        try:
+            counts = draw(store, project, job, png, str(attempt) if attempt else "all")
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"wrote {png}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+        return
+    rows = store.timeline(project, job, attempt=attempt, since=_parse_when(since),
+                          until=_parse_when(until))
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, default=str))
+        return
+    use_colour = sys.stdout.isatty() if colour is None else colour
+    click.echo(render(job, rows, store.attempts(project, job), colour=use_colour), nl=False)
+
+
+@main.command()
+@click.option("--colour/--no-colour", "colour", default=None)
+@click.pass_context
+def demo(ctx: click.Context, colour: bool | None) -> None:
+    """Load the bundled 64-node sample scenario (embedded) and show its timeline."""
+    from ingest.redact import redact_text
+    from jobtrail.cli import incidents as cli_incidents
+    from jobtrail.learn import sample
+    from processors.topology import Topology
+    from schemas.topology import TopologyFile
+
+    settings = _settings(ctx).with_(kafka="")
+    # a server's DSN carries its password (the dev server's always does): never echo it
+    click.echo(f"loading the sample scenario into {redact_text(settings.dsn)}")
+    wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
+    from jobtrail.cli.ingest import _ingest_text
+
+    _ingest_text(settings, sample.jsonl(), producer="sample", origin="sample", topology=wiring)
+    ctx.invoke(timeline, job=sample.JOB, project=sample.PROJECT, attempt=None, since=None,
+               until=None, colour=colour, as_json=False)
+    click.echo("")
+    ctx.invoke(cli_incidents.incidents, projects=(), status="", as_json=False,
+               everything=False)
+    worst = max(_store(settings).incidents(None), key=lambda r: r["lost_gpu_hours"],
+                default=None)
+    if worst is not None:
+        click.echo("")
+        ctx.invoke(cli_incidents.show, incident_id=worst["incident_id"], projects=(),
+                   as_json=False)
+
+
+@main.command()
+@click.option("--synthetic", type=int, default=0,
+              help="Instead of the scenario, N synthetic load records with fixed ids")
+@click.pass_context
+def sample_events(ctx: click.Context, synthetic: int) -> None:
+    """Print the bundled sample scenario as JSON lines (to pipe into `ingest -`)."""
+    from jobtrail.learn import sample
+    if synthetic:
+        for record in sample.synthetic(synthetic):
+            click.echo(json.dumps(record))
+        return
+    click.echo(sample.jsonl(), nl=False)
+
+
+@main.command()
+@click.pass_context
+def drain(ctx: click.Context) -> None:
+    """Process what the embedded log still holds (e.g. after a crash)."""
+    from jobtrail.app import open_runtime
+
+    started = time.monotonic()
+    from jobtrail.cli.ingest import _summary
+
+    runtime = open_runtime(_settings(ctx))
+    try:
+        result = runtime.drain()
+    finally:
+        runtime.close()
+    click.echo(_summary(result, started))
+
+
+@main.command()
+@click.option("--host", default=None)
+@click.option("--port", type=int, default=None)
+@click.pass_context
+def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
+    """Run the HTTP API and the processors (embedded, or cluster mode with JOBTRAIL_KAFKA)."""
+    from jobtrail.http import serve as run_server
+
+    settings = _settings(ctx)
+    settings = settings.with_(http_host=host or settings.http_host,
+                              http_port=port or settings.http_port)
+    run_server(settings)
+
+
+@main.command()
+@click.option("--loglevel", default="warning")
+@click.pass_context
+def worker(ctx: click.Context, loglevel: str) -> None:
+    """Run the Faust stream worker (cluster mode; needs JOBTRAIL_KAFKA)."""
+    settings = _settings(ctx)
+    if not settings.cluster_mode:
+        raise click.UsageError("the worker needs a broker: set JOBTRAIL_KAFKA=host:port")
+    from jobtrail.runtime.faust_app import run_worker
+
+    sys.argv = [sys.argv[0], "worker"]
+    run_worker(settings, loglevel)
+
+
+@main.command()
+@click.pass_context
+def migrate(ctx: click.Context) -> None:
+    """Apply the ClickHouse DDL (idempotent; also done at every start)."""
+    from jobtrail.app import open_store
+
+    settings = _settings(ctx)
+    click.echo(f"schema up to date on {settings.database}")
+    open_store(settings)
+
+
+def _wiring(settings: Settings) -> Any:
+    from jobtrail.app import load_topology, open_store
+    from jobtrail.store.queries import wiring
+
+    store = open_store(settings)
+    return store, wiring(store, load_topology(settings))
+
+
+@main.command()
+@click.option("--node", default="")
+@click.option("--switch", default="")
+@click.option("--filesystem", default="")
+@click.option("--at", "at", required=True, help="ISO time")
+@click.option("--project", "projects", multiple=True, required=True,
+              help="Projects to look in (repeatable); reads are always project-bound")
+@click.pass_context
+def where(ctx: click.Context, node: str, switch: str, filesystem: str, at: str,
+          projects: tuple[str, ...]) -> None:
+    """Which job attempts were on a node, under a switch or using a filesystem at a time."""
+    from jobtrail.store.queries import attempts_under
+
+    if not (node or switch or filesystem):
+        raise click.UsageError("give --node, --switch or --filesystem")
+    store, topology = _wiring(_settings(ctx))
+    when = _parse_when(at)
+    assert when is not None
+    for a in attempts_under(store, topology, projects, when, node=node, switch=switch,
+                            filesystem=filesystem):
+        click.echo(f"{a.project} {a.job_id} attempt {a.attempt} {a.state} "
+                   f"{len(a.nodes)} nodes started {a.started_at:%Y-%m-%d %H:%M:%S}")
+
+
+@main.command()
+@click.argument("job")
+@click.argument("attempt", type=int)
+@click.option("--project", required=True)
+@click.pass_context
+def attempt(ctx: click.Context, job: str, attempt: int, project: str) -> None:
+    """Nodes, switches, links, filesystems and checkpoints of one attempt (JSON)."""
+    from jobtrail.store.queries import resources
+
+    store, topology = _wiring(_settings(ctx))
+    found = resources(store, topology, project, job, attempt)
+    if found is None:
+        raise click.ClickException(f"no attempt {attempt} of {job} in project {project}")
+    a = found.attempt
+    click.echo(json.dumps({
+        "job_id": a.job_id, "attempt": a.attempt, "state": a.state, "nodes": list(a.nodes),
+        "gpus": a.gpus, "switches": found.switches, "links": found.links,
+        "filesystems": found.filesystems, "mounts": list(a.mounts),
+        "checkpoints": found.checkpoints, "image": a.image, "code_version": a.code_version,
+        "data_version": a.data_version}, default=str, indent=2))
+
+
+@main.command()
+@click.argument("name")
+@click.option("--project", "projects", multiple=True, required=True)
+@click.option("--since", default=None)
+@click.option("--until", default=None)
+@click.pass_context
+def entity(ctx: click.Context, name: str, projects: tuple[str, ...], since: str | None,
+           until: str | None) -> None:
+    """What happened on an entity: node, GPU, NIC, switch, port or filesystem (JSON lines)."""
+    from jobtrail.app import open_store
+
+    rows = open_store(_settings(ctx)).entity_timeline(
+        projects, name, since=_parse_when(since), until=_parse_when(until))
+    for row in rows:
+        click.echo(json.dumps(row, default=str))
+
+
+@main.command()
+@click.pass_context
+def stats(ctx: click.Context) -> None:
+    """Row counts per table (FINAL and raw), duplicate event ids, and where each worker
+    shard's saved state stands, as JSON."""
+    from jobtrail.app import open_store
+
+    store = open_store(_settings(ctx))
+    tables = ("events", "job_timeline", "job_attempts", "dead_letters")
+    click.echo(json.dumps({
+        "final": {t: store.count(t) for t in tables},
+        "raw": {t: store.count(t, final=False) for t in tables},
+        "duplicate_event_ids": store.duplicate_ids(),
+        "worker_state": {f"{w['app_id']} {w['shard']}": dict(w["positions"])
+                         for w in store.worker_states()},
+    }, sort_keys=True))
+
+
+@main.command("dead-letters")
+@click.option("--limit", type=int, default=50)
+@click.pass_context
+def dead_letters(ctx: click.Context, limit: int) -> None:
+    """List rejected inputs with stage, reason and field."""
+    from jobtrail.app import open_store
+
+    for row in open_store(_settings(ctx)).dead_letters(limit):
+        click.echo(json.dumps(row, default=str))
+
+
+@main.group()
+def schema() -> None:
+    """The canonical event model."""
+
+
+@schema.command("export")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Directory for one JSON Schema file per type plus the envelope")
+def schema_export(out: Path | None) -> None:
+    """Export JSON Schema so producers in any language can validate."""
+    from schemas.jsonschema import export
+
+    documents = export()
+    if out is None:
+        click.echo(json.dumps(documents["jobtrail-event.schema.json"], indent=2))
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for name, document in documents.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    click.echo(f"wrote {len(documents)} schema files to {out}")
+
+
+@schema.command("ddl")
+@click.option("--cluster", default="", help="A ClickHouse cluster: Replicated + Distributed")
+@click.option("--database", default="jobtrail", show_default=True)
+def schema_ddl(cluster: str, database: str) -> None:
+    """Print the ClickHouse DDL the migrations apply (for review, or to apply by hand)."""
+    from jobtrail.store.cluster_ddl import cluster_statements, migrations_table
+    from jobtrail.store.core import _statements, migrations
+
+    if cluster:
+        click.echo(migrations_table(cluster, database) + ";\n")
+    for version, name, sql in migrations():
+        click.echo(f"-- {version:04d}_{name}")
+        for statement in _statements(sql):
+            for one in (cluster_statements(statement, cluster=cluster, database=database)
+                        if cluster else [statement]):
+                click.echo(one + ";\n")
+
+
+@schema.command("types")
+def schema_types() -> None:
+    """List the registered event types."""
+    from schemas.registry import REGISTRY
+
+    for name, entry in sorted(REGISTRY.items()):
+        click.echo(f"{name:<22} {entry.source.value:<10} {entry.doc}")
+
+
+def _register() -> None:
+    from jobtrail.cli import (
+        alerts,
+        collect,
+        dev,
+        grafana,
+        incidents,
+        ingest,
+        postmortem,
+        topology,
+    )
+
+    main.add_command(dev.dev)
+    main.add_command(ingest.ingest)
+    main.add_command(grafana.dashboards)
+    main.add_command(grafana.access)
+    main.add_command(incidents.incidents)
+    main.add_command(incidents.incident)
+    main.add_command(incidents.replay)
+    main.add_command(postmortem.postmortem)
+    main.add_command(postmortem.followups)
+    main.add_command(postmortem.scenario)
+    main.add_command(topology.topology)
+    main.add_command(collect.collect)
+    for command in alerts.COMMANDS:
+        main.add_command(command)
+
+
+_register()
+
