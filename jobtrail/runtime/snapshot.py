@@ -90,7 +90,7 @@ def adopt(sink: Sink, snapshot: Snapshot) -> str:
         from jobtrail.store.queries import wiring
 
         rebuilt = wiring(sink.store, current.topology)
-    snapshot.pipeline.bind(current.detector.rules, rebuilt)
+    snapshot.pipeline.bind(current.detector.rules, rebuilt, current.lateness)
     sink.pipeline = snapshot.pipeline
     where = ", ".join(f"{k}@{v}" for k, v in sorted(snapshot.positions.items())) or "start"
     return f"snapshot at {where}" + (

@@ -143,6 +143,8 @@ class Incident:
     notes: tuple[str, ...] = ()
     charged_gpu_hours: float = 0.0  # loss charged here by other incidents (checkpoints)
     linked: tuple[str, ...] = ()  # incidents a standing incident links
+    merged_into: str = ""  # late evidence put this incident's attempts in that one
+    withdrawn: bool = False  # in time order the events do not give this incident
     pm: Postmortem = field(default_factory=Postmortem)
     people: set[str] = field(default_factory=set)  # the persons in the log (blameless check)
     flags: set[str] = field(default_factory=set)  # repeat, no_restart, duplicate_run, ...

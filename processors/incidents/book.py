@@ -86,6 +86,11 @@ class Progress:
     straggler: dict[str, tuple[datetime, str, list[float]]] = field(default_factory=dict)
     """node -> (slow since, incident once reported, slow samples)"""
     hang_armed: bool = False
+    saves: deque[float] = field(default_factory=lambda: deque(maxlen=16))
+    """Recent checkpoint save durations (s): the attempt's usual save."""
+    stalls: list[tuple[datetime, datetime, str]] = field(default_factory=list)
+    """(from, to, event) saves that took `STALL_RATIO` x the usual: impact of a shared
+    entity's incident even though the attempt never failed."""
 
 
 @dataclass
