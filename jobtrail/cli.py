@@ -380,6 +380,10 @@ def _register() -> None:
     main.add_command(cli_postmortem.scenario)
     for command in cli_alerts.COMMANDS:
         main.add_command(command)
+    from jobtrail.collect import cli as collect_cli  # live sources and drills (issue 28)
+
+    for command in collect_cli.COMMANDS:
+        main.add_command(command)
 
 
 _register()
