@@ -35,6 +35,8 @@ class RuntimeSink:
 
 class HttpSink:
     def __init__(self, url: str, token: str = "", *, timeout_s: float = 30) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"{url!r}: the ingest URL must be http:// or https://")
         self.url = url.rstrip("/") + "/v1/events"
         self.token = token
         self.timeout_s = timeout_s
@@ -51,7 +53,8 @@ class HttpSink:
                    "X-Jobtrail-Producer": events[0].producer}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        request = urllib.request.Request(self.url, body, headers, method="POST")
+        request = urllib.request.Request(self.url, body, headers,  # noqa: S310 (http only)
+                                         method="POST")
         with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:  # noqa: S310
             reply = json.loads(answer.read() or b"{}")
         return int(reply.get("accepted", 0))
