@@ -83,6 +83,8 @@ class Cursor:
     job_nodes: dict[str, list[str]] = field(default_factory=dict)
     down_at: dict[str, float] = field(default_factory=dict)
     accounts: dict[str, str] = field(default_factory=dict)
+    alloc: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """GPUs of running jobs as squeue showed them, for the log's allocation lines."""
     sent: dict[str, list[str]] = field(default_factory=dict)
     """Ids already acknowledged, by job (pruned when the controller forgets the job)."""
     nodes: dict[str, str] = field(default_factory=dict)
@@ -237,6 +239,9 @@ class SlurmCollector:
                 cursor.job_nodes[job_id] = nodes
             code, signal = wait_status(job.get("exit_code"))
             gpus, gpu_ids = _gres(job)
+            if state == "RUNNING":
+                cursor.alloc[job_id] = {"gpus": gpus, "gpu_ids": gpu_ids,
+                                        "account": cursor.accounts[job_id]}
             shaped = {**job, "exit_code": {"return_code": code}}
             if gpus is not None:
                 shaped["tres"] = {"allocated": [{"type": "gres", "name": "gpu", "count": gpus}]}
@@ -249,7 +254,9 @@ class SlurmCollector:
                     draft["id"] += "-" + re.sub(r"[^\w.-]", "_", attrs["reason"])[:40]
                     if cursor.sent.get(job_id):
                         draft["time"] = int(time.time())  # a reason that changed later
-                if draft["type"] == "job.started" and gpu_ids:
+                if draft["type"] == "job.started":
+                    if self.follower is not None:
+                        continue  # the log's allocation line says it, to the millisecond
                     attrs["gpu_ids"] = gpu_ids
                 if draft["type"] in ("job.failed", "job.cancelled", "job.timeout",
                                      "job.completed", "job.preempted") and signal:
@@ -275,8 +282,9 @@ class SlurmCollector:
                         cursor.down_at[node] = at
                 continue
             if m := _ALLOC.search(body):
-                cursor.job_nodes[m.group("a") or m.group("b")] = expand_hostlist(
-                    m.group("an") or m.group("bn"))
+                drafts.append(self._started(m.group("a") or m.group("b"),
+                                            expand_hostlist(m.group("an") or m.group("bn")),
+                                            line, at, cursor))
             elif m := _FAILED_NODE.search(body):
                 failed_node[m.group("job")] = m.group("node")
             elif m := _PREEMPT.search(body):
@@ -314,13 +322,42 @@ class SlurmCollector:
                 else "warning", "message": f"requeued ({attributes['reason']})",
                 "attributes": {**attributes, "nodes": nodes}}
 
-    def _account(self, job: str) -> str:
+    def _started(self, job: str, nodes: list[str], line: str, at: float,
+                 cursor: Cursor) -> dict[str, Any] | Reject:
+        """An allocation line starts attempt `requeues + 1` (the log is the one source that
+        holds every attempt's start, even one that began and was requeued between polls)."""
+        cursor.job_nodes[job] = nodes
+        attempt = cursor.requeues.get(job, 0) + 1
+        known = cursor.alloc.get(job) or self._details(job)
+        project = self.project or cursor.accounts.get(job) or str(known.get("account") or "")
+        if not project:
+            return Reject("project", f"start of job {job}: its account is unknown "
+                          "(give --project)", line)
+        cursor.accounts[job] = project
+        cluster = self.cluster or "default"
+        attributes = {"nodes": nodes, "gpus": known.get("gpus"),
+                      "gpu_ids": known.get("gpu_ids") or [], "raw": line[:4096],
+                      "time_source": "line"}
+        return {"id": f"slurm-{cluster}-{job}-{attempt}-job.started", "type": "job.started",
+                "time": datetime.fromtimestamp(at, UTC).isoformat(), "project": project,
+                "job_id": job, "attempt": attempt, "severity": "info",
+                "message": f"running on {len(nodes)} nodes", "attributes": attributes}
+
+    def _details(self, job: str) -> dict[str, Any]:
+        """Account and GPUs of a job the controller still holds (`scontrol show job -d`)."""
         try:
-            text = self.tool(["scontrol", "show", "job", job])
+            text = self.tool(["scontrol", "show", "job", "-d", job])
         except (RuntimeError, OSError, subprocess.TimeoutExpired):
-            return ""
-        m = re.search(r"\bAccount=(\S+)", text)
-        return m.group(1) if m and m.group(1) != "(null)" else ""
+            return {}
+        account = re.search(r"\bAccount=(\S+)", text)
+        gpus = re.search(r"\bTRES=\S*gres/gpu(?::[\w-]+)?=(\d+)", text)
+        ids = [f"gpu:{g}" for g in re.findall(r"GRES=\S*?\(IDX:([\d,-]+)\)", text)]
+        return {"account": account.group(1) if account and account.group(1) != "(null)"
+                else "", "gpus": int(gpus.group(1)) if gpus else None,
+                "gpu_ids": _gres({"gres_detail": ids})[1]}
+
+    def _account(self, job: str) -> str:
+        return str(self._details(job).get("account") or "")
 
     # --- sinfo (when no log is followed) ------------------------------------------------
     def _nodes(self, cursor: Cursor) -> list[dict[str, Any] | Reject]:
@@ -378,6 +415,7 @@ class SlurmCollector:
         for job in [j for j in cursor.sent if j != "-" and j not in held
                     and j not in cursor.requeues]:
             del cursor.sent[job]  # the controller forgot it: it cannot come back
+            cursor.alloc.pop(job, None)
         if len(cursor.sent.get("-", [])) > 5000:
             cursor.sent["-"] = cursor.sent["-"][-2000:]
         if fresh:
