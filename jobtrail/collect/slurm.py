@@ -395,6 +395,10 @@ class SlurmCollector:
         """Read every source once, send what is new, then move the cursor. Returns the number
         of records sent."""
         cursor = Cursor(**json.loads(json.dumps(self.cursor.__dict__)))
+        if not self.cluster:
+            m = re.search(r"^ClusterName\s*=\s*(\S+)", self.tool(["scontrol", "show", "config"]),
+                          re.M)
+            self.cluster = m.group(1) if m else "default"
         drafts, held = self._jobs(cursor)
         if self.follower is not None:
             lines, moved = self.follower.read(cursor)

@@ -53,13 +53,17 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                         capture_output=True, text=True, timeout=600, check=False)
     if up.returncode != 0:
         _unavailable(f"scripts/slurm-up.sh exited {up.returncode}: {up.stderr[-2000:]}")
-    work = tmp_path_factory.mktemp("slurm-jobs")
+    # not under pytest's basetemp: other sessions on the machine rotate it away under a job
+    work = Path(env.get("JT_LIVE") or "/tmp/jt-live") / f"jobs-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     work.chmod(0o777)
     try:
         yield work
     finally:
         subprocess.run(["bash", str(ROOT / "scripts/slurm-down.sh")], env=env,
                        capture_output=True, timeout=120, check=False)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def sh(*argv: str) -> str:
