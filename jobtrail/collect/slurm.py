@@ -54,6 +54,8 @@ _ALLOC = re.compile(r"(?:sched: Allocate JobId=(?P<a>\d+) NodeList=(?P<an>\S+)|"
                     r"_start_job: Started JobId=(?P<b>\d+) in \S+ on (?P<bn>\S+))")
 _STAMP = re.compile(r"^\[(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)\]")
 _NODE_FAIL_WINDOW_S = 5.0
+DRILL_JOB_NAME = "jobtrail-drill"
+_DRILL_REASON = re.compile(r"\bjobtrail (?P<drill>drill-\S+)")
 _SIGNALS = {9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT", 11: "SIGSEGV", 7: "SIGBUS", 2: "SIGINT"}
 
 
@@ -89,6 +91,8 @@ class Cursor:
     """Ids already acknowledged, by job (pruned when the controller forgets the job)."""
     nodes: dict[str, str] = field(default_factory=dict)
     """sinfo mode: the last node state key sent, by node."""
+    drills: dict[str, str] = field(default_factory=dict)
+    """Jobs `jobtrail drill run` submitted (name `jobtrail-drill`, the drill id as comment)."""
 
     @classmethod
     def load(cls, path: Path) -> Cursor:
@@ -193,6 +197,17 @@ def _gres(job: dict[str, Any]) -> tuple[int | None, list[str]]:
     return (int(count.group(1)) if count else None), ids
 
 
+def _tag_drill(draft: dict[str, Any], cursor: Cursor) -> None:
+    """Mark the events of a recovery drill (its job, or a node state it set) so its incident
+    is recorded as a drill."""
+    attrs = draft.setdefault("attributes", {})
+    drill = cursor.drills.get(str(draft.get("job_id") or ""))
+    if drill is None and (m := _DRILL_REASON.search(str(attrs.get("reason") or ""))):
+        drill = m.group("drill")
+    if drill:
+        attrs["drill"] = drill
+
+
 class SlurmCollector:
     """One `step()` reads every source once and sends what is new; `run()` repeats it."""
 
@@ -234,6 +249,8 @@ class SlurmCollector:
                          "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT"):
                 continue  # in between: the next poll says where it landed
             cursor.accounts[job_id] = str(job.get("account") or "")
+            if str(job.get("name") or "").startswith(DRILL_JOB_NAME):
+                cursor.drills[job_id] = str(job.get("comment") or "") or "drill"
             nodes = expand_hostlist(str(job.get("nodes") or ""))
             if nodes:
                 cursor.job_nodes[job_id] = nodes
@@ -406,6 +423,9 @@ class SlurmCollector:
             drafts += self._log(lines, cursor)
         else:
             drafts += self._nodes(cursor)
+        for draft in drafts:
+            if isinstance(draft, dict):
+                _tag_drill(draft, cursor)
         decoded = self._validate(drafts, self._ctx())
         fresh: list[Decoded] = []
         for record in decoded:
@@ -419,6 +439,7 @@ class SlurmCollector:
         for job in [j for j in cursor.sent if j != "-" and j not in held
                     and j not in cursor.requeues]:
             del cursor.sent[job]  # the controller forgot it: it cannot come back
+            cursor.drills.pop(job, None)
             cursor.alloc.pop(job, None)
         if len(cursor.sent.get("-", [])) > 5000:
             cursor.sent["-"] = cursor.sent["-"][-2000:]

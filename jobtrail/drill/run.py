@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from ingest.adapters import Context, registry, run
-from jobtrail.collect.slurm import Sink, SlurmCollector
+from jobtrail.collect.slurm import DRILL_JOB_NAME, Sink, SlurmCollector
 from jobtrail.drill.report import Check, DrillReport
 from jobtrail.drill.workload import prepare
 from jobtrail.store import Store
+from schemas.events import Event
 
 KINDS = ("kill-worker", "node-down", "checkpoint-unwritable")
 SYMPTOMS = {"job.worker_exited", "job.failed", "job.requeued", "job.cancelled",
@@ -55,8 +56,9 @@ class TrainingLogShipper:
     job and attempt the file name gives (what a site's log shipper does)."""
 
     def __init__(self, sink: Sink, run_dir: Path, *, project: str, cluster: str,
-                 job_id: Callable[[], str]) -> None:
+                 job_id: Callable[[], str], drill_id: str) -> None:
         self.sink, self.run_dir, self.project, self.cluster = sink, run_dir, project, cluster
+        self.drill_id = drill_id
         self.job_id = job_id
         self.offsets: dict[str, int] = {}
         self.adapter = registry()["training-log"]
@@ -77,7 +79,10 @@ class TrainingLogShipper:
             ctx = Context(producer="drill-shipper", observed_at=datetime.now(UTC),
                           cluster=self.cluster, project=self.project, job_id=self.job_id(),
                           attempt=int(m.group(1)) + 1, origin=str(path))
-            records = run(self.adapter, chunk[:end].decode("utf-8", "replace"), ctx)
+            records = [r.model_copy(update={"attributes": {**r.attributes,
+                                                          "drill": self.drill_id}})
+                       if isinstance(r, Event) else r
+                       for r in run(self.adapter, chunk[:end].decode("utf-8", "replace"), ctx)]
             if records:
                 self.sink.submit(records)
                 sent += len(records)
@@ -118,7 +123,7 @@ class Drill:
         self.run_dir = options.workdir / self.drill_id
         self.job = ""
         self.shipper = TrainingLogShipper(sink, self.run_dir, project=project, cluster=cluster,
-                                          job_id=lambda: self.job)
+                                          job_id=lambda: self.job, drill_id=self.drill_id)
         self.received: dict[str, float] = {}
 
     # --- plumbing ---------------------------------------------------------------------
@@ -142,7 +147,8 @@ class Drill:
 
     def _submit(self) -> str:
         launcher = prepare(self.run_dir)
-        out = _sh("sbatch", "--parsable", "--requeue", "--job-name=jobtrail-drill",
+        out = _sh("sbatch", "--parsable", "--requeue", f"--job-name={DRILL_JOB_NAME}",
+                  f"--comment={self.drill_id}",
                   "--gres=gpu:2", f"--output={self.run_dir}/slurm-%j.out", str(launcher),
                   str(self.run_dir), str(self.o.steps), str(self.o.checkpoint_every),
                   str(self.o.pace_s))
@@ -253,7 +259,8 @@ class Drill:
         self._restore(node)
         old = self.job
         launcher = self.run_dir / "launch.sh"
-        out = _sh("sbatch", "--parsable", "--requeue", "--job-name=jobtrail-drill",
+        out = _sh("sbatch", "--parsable", "--requeue", f"--job-name={DRILL_JOB_NAME}",
+                  f"--comment={self.drill_id}",
                   "--gres=gpu:2", f"--output={self.run_dir}/slurm-%j.out", str(launcher),
                   str(self.run_dir), str(self.o.steps), str(self.o.checkpoint_every),
                   str(self.o.pace_s))

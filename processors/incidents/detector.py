@@ -179,6 +179,12 @@ class Detector:
             entity=event.entity or event.node or "", why=why, role=role, project=event.project,
             job_id=event.job_id or "", attempt=attempt[2] if attempt else event.attempt),
             event.time, rule, event.id)
+        drill = event.attributes.get("drill")
+        if drill and "drill" not in self.book.incidents[inc_id].flags:
+            # a recovery drill's fault (jobtrail drill run): recorded as one, pages nobody,
+            # left out of the fleet's reliability figures
+            self.book.emit(inc_id, ev.SignalAdded(flag="drill", detail=f"recovery drill "
+                                                  f"{drill}"), event.time, rule, "drill")
 
     # --- timers (event time) --------------------------------------------------------------
 

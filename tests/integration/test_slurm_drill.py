@@ -53,6 +53,8 @@ def test_drill_passes_every_check(kind: str, slurm: Path, store: Store,
     assert log is not None
     assert any(e["kind"] == "note_added" and e["data"]["text"].startswith("[drill]")
                for e in log["log"])
+    assert any(e["kind"] == "signal_added" and e["data"].get("flag") == "drill"
+               for e in log["log"])  # flagged as the fault was processed: pages nobody
     path = report.save(tmp_path / "reports")
     again = DrillReport.from_json(path.read_text())
     assert again.passed and json.loads(path.read_text())["passed"] is True
