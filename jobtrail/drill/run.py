@@ -346,12 +346,34 @@ class Drill:
                        f", the new attempt started at "
                        f"{_iso(datetime.fromtimestamp(new_start, UTC)) if new_start else 'n/a'}",
                        [_ev(r) for r in started[:1]]))
+        charged = 0.0
         if incident is not None:
             fresh = self.store.incident(incident["incident_id"], None) or incident
-            lost = sum(float(j.get("lost_gpu_hours") or 0) for j in fresh["jobs"])
-            report.lost_gpu_hours = round(lost, 6)
-            c.append(Check("lost GPU time", lost > 0, f"{lost:.4f} GPU-h lost (incident "
-                           f"{fresh['incident_id']}: GPUs x (work since the last checkpoint "
-                           "+ restart until progress resumed))"))
+            charged = sum(float(j.get("lost_gpu_hours") or 0) for j in fresh["jobs"])
+        resumed = [r for r in rows if r["type"] == "job.step" and r["attempt"] == second]
+        own = self._lost_from_timeline(report, saved, resumed, a1)
+        report.lost_gpu_hours = round(charged or own, 6)
+        if charged:
+            detail = (f"{charged:.4f} GPU-h charged by incident {report.incident_id} (GPUs x "
+                      "(work since the last checkpoint + restart until progress resumed)); "
+                      f"from the timeline {own:.4f} GPU-h")
         else:
-            c.append(Check("lost GPU time", False, "no incident, nothing charged"))
+            detail = (f"the incident charged nothing (it follows a job id: a resubmission is a "
+                      f"new job it does not link); from the timeline {own:.4f} GPU-h (GPUs x "
+                      "(fault - last checkpoint + fault -> progress resumed))")
+        c.append(Check("lost GPU time", report.lost_gpu_hours > 0, detail,
+                       [_ev(r) for r in saved[-1:] + past[:1]]))
+
+    def _lost_from_timeline(self, report: DrillReport, saved: list[dict[str, Any]],
+                            resumed: list[dict[str, Any]], a1: list[dict[str, Any]]) -> float:
+        """DESIGN §9: GPUs x (work thrown away since the last checkpoint + restart until
+        progress resumes); re-doing the thrown-away steps is not a second loss."""
+        ends = [r for r in a1 if r["type"] in ENDS | {"job.worker_exited"}]
+        if not (saved and resumed and ends):
+            return 0.0
+        attempts = self.store.attempts(self.project, report.job_id)
+        gpus = attempts[0].gpus if attempts and attempts[0].gpus else 0
+        failed = min(_epoch(r["time"]) for r in ends)
+        thrown = failed - _epoch(saved[-1]["time"])
+        overhead = _epoch(resumed[0]["time"]) - failed
+        return round(gpus * max(0.0, thrown + overhead) / 3600, 6)
