@@ -1,5 +1,6 @@
-"""`jobtrail drill run` end to end against the real Slurm the tests start: a worker killed, and
-the job's node set down. Each drill must pass every check from jobtrail's own timeline and
+"""`jobtrail drill run` end to end against the real Slurm the tests start: a worker killed, the
+job's node set down, and its checkpoint storage cut (recovery in place fails: the drill stops,
+cleans up and resubmits). Each drill must pass every check from jobtrail's own timeline and
 incident, mark its incident as a drill, and write its report."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ __all__ = ["slurm"]
 pytestmark = pytest.mark.slurm
 
 
-@pytest.mark.parametrize("kind", ["kill-worker", "node-down"])
+@pytest.mark.parametrize("kind", ["kill-worker", "node-down", "checkpoint-unwritable"])
 def test_drill_passes_every_check(kind: str, slurm: Path, store: Store,
                                   tmp_path: Path) -> None:
     sink = Sink(store, Pipeline(timedelta(seconds=30), Topology()))
@@ -34,8 +35,10 @@ def test_drill_passes_every_check(kind: str, slurm: Path, store: Store,
     out = RuntimeSink(runner)
     collector = SlurmCollector(out, tmp_path / "cursor.json", log_path=SLURMCTLD_LOG)
     collector.step()
+    # checkpoint-unwritable cannot recover in place: a short wait before stop/clean/resubmit
+    wait = 40 if kind == "checkpoint-unwritable" else 120
     drill = Drill(Options(kind, slurm / "drills", steps=40, checkpoint_every=5, pace_s=0.25,
-                          timeout_s=120), sink=out, store=store, collector=collector,
+                          timeout_s=wait), sink=out, store=store, collector=collector,
                   command=runner.command, project="root", cluster=collector.cluster)
     try:
         report = drill.run()
@@ -55,6 +58,11 @@ def test_drill_passes_every_check(kind: str, slurm: Path, store: Store,
                for e in log["log"])
     assert any(e["kind"] == "signal_added" and e["data"].get("flag") == "drill"
                for e in log["log"])  # flagged as the fault was processed: pages nobody
+    if kind == "checkpoint-unwritable":
+        assert "resubmitted as job" in report.recovery_path
+        assert report.notes and "stop, clean up, resubmit" in report.notes[0]
+    else:
+        assert report.recovery_path.startswith("Slurm requeued")
     path = report.save(tmp_path / "reports")
     again = DrillReport.from_json(path.read_text())
     assert again.passed and json.loads(path.read_text())["passed"] is True

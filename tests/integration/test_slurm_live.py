@@ -142,14 +142,26 @@ def _collector(home: Path) -> subprocess.Popen[bytes]:
                             stderr=subprocess.DEVNULL)
 
 
+_DUMP = """
+import json, os, sys
+from jobtrail.app import open_store
+from jobtrail.config import Settings
+store = open_store(Settings.from_env({"JOBTRAIL_HOME": sys.argv[1]}))
+rows = store._dicts("SELECT id, job_id, attempt, type FROM events FINAL WHERE job_id != ''")
+print(json.dumps(rows))
+"""
+
+
 def _ids(home: Path, jobs: list[str]) -> dict[str, list[tuple[int, str, str]]]:
-    out: dict[str, list[tuple[int, str, str]]] = {}
-    for j in jobs:
-        lines = _cli(home, "timeline", j, "--project", PROJECT, "--json",
-                     check=False).stdout.splitlines()
-        rows: list[dict[str, Any]] = [json.loads(line) for line in lines if line.strip()]
-        out[j] = sorted((r["attempt"], r["type"], r["event_id"]) for r in rows)
-    return out
+    """(attempt, type, id) of each job's events in a home (one subprocess: chDB opens one
+    path per process, and this one holds the test store's)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTRAIL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", _DUMP, str(home)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env=env, check=True)
+    rows: list[dict[str, Any]] = json.loads(done.stdout)
+    return {j: sorted((r["attempt"], r["type"], r["id"]) for r in rows if r["job_id"] == j)
+            for j in jobs}
 
 
 def test_sigkill_and_restart_lose_and_double_nothing(slurm: Path, tmp_path: Path) -> None:
