@@ -199,6 +199,11 @@ class Drill:
         else:
             report.recovery_path = f"Slurm requeued job {self.job}: attempt 2 resumed"
         self._checks(report, t0, symptom, incident, job)
+        if incident is not None:  # the verdict in the incident log (the incident dashboard)
+            self._note(incident["incident_id"], "verdict", f"[drill] {self.drill_id}: "
+                       f"{'PASS' if report.passed else 'FAIL'}; " + "; ".join(
+                           f"{c.name}: {'pass' if c.passed else 'FAIL'}"
+                           for c in report.checks) + f"; recovery: {report.recovery_path}")
         self._cleanup(report, node)
         return report
 
@@ -240,14 +245,17 @@ class Drill:
 
     def _mark(self, incident: dict[str, Any], report: DrillReport) -> None:
         """Record in the incident log that this incident is a drill (and pages nobody)."""
+        self._note(incident["incident_id"], "mark", f"[drill] {self.drill_id}: a recovery "
+                   f"drill ({self.o.kind}: {report.fault}) injected at {report.injected_at}; "
+                   "not a real failure: pages nobody, excluded from fleet figures")
+
+    def _note(self, incident_id: str, what: str, text: str) -> None:
         from processors.incidents.model import Actor, Command
 
-        text = (f"[drill] {self.drill_id}: a recovery drill ({self.o.kind}) injected at "
-                f"{report.injected_at}; not a real failure, excluded from fleet figures")
-        self.command(Command(command_id=f"{self.drill_id}-mark",
-                             incident_id=incident["incident_id"], command="note",
-                             actor=Actor(kind="processor", name="jobtrail-drill"),
-                             time=datetime.now(UTC), data={"text": text,
+        self.command(Command(command_id=f"{self.drill_id}-{what}", incident_id=incident_id,
+                             command="note", actor=Actor(kind="processor",
+                                                         name="jobtrail-drill"),
+                             time=datetime.now(UTC), data={"text": text[:2000],
                                                            "projects": [self.project]}))
 
     def _resubmit(self, report: DrillReport, node: str) -> str:
