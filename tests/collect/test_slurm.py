@@ -132,3 +132,27 @@ def test_a_crash_between_send_and_cursor_resends_the_same_ids(tmp_path: Path) ->
     assert sorted(e.id for e in again.events) == sorted(e.id for e in reference.events)
     assert len({e.id for e in again.events}) == len(again.events)
     os.sync()
+
+
+def test_to_http_ingest_with_a_token(tmp_path: Path) -> None:
+    """`collect slurm --to URL`: authenticated like any producer; a token without the
+    project (or without @infra for node events) is refused and the cursor does not move."""
+    import urllib.error
+
+    from jobtrail.collect.sinks import HttpSink
+    from tests.trust_kit import http, serve
+
+    tokens = {"JOBTRAIL_API_TOKENS": "coll=root,@infra;tenant=root"}
+    with serve(tmp_path / "home", env=tokens) as server:
+        refused = SlurmCollector(HttpSink(server.url, "tenant"), tmp_path / "c1.json",
+                                 tool=_tool())  # type: ignore[arg-type]
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            refused.step()  # sinfo's node events need @infra
+        assert exc.value.code == 403 and not (tmp_path / "c1.json").exists()
+        collector = SlurmCollector(HttpSink(server.url, "coll"), tmp_path / "c2.json",
+                                   tool=_tool())  # type: ignore[arg-type]
+        assert collector.step() > 0
+        rows = http("GET", f"{server.url}/v1/jobs/2/timeline?project=root",
+                    token="coll").body["rows"]
+        assert [(r["attempt"], r["type"]) for r in rows if r["type"] == "job.failed"] == \
+            [(1, "job.failed")]

@@ -5,10 +5,11 @@ nobody; a real failure on the same events without the tag pages as usual."""
 from __future__ import annotations
 
 from processors.notify.decide import changes
+from schemas.events import Event
 from tests.processors.incident_kit import at, ev, incidents, nodes, run, started, step
 
 
-def _events(tag: dict[str, str]) -> list:  # type: ignore[type-arg]
+def _events(tag: dict[str, str]) -> list[Event]:
     job, on = "77", nodes(1, 1)
     return [started(job, 1, at(0), on, **tag), step(job, 1, at(1), 10),
             ev("job.requeued", at(2), job=job, attempt=1,
