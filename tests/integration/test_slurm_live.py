@@ -181,10 +181,12 @@ def test_sigkill_and_restart_lose_and_double_nothing(slurm: Path, tmp_path: Path
                                            for j in jobs), 60)
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
+        cursor = home / "collect/slurm-cursor.json"
+        before = cursor.stat().st_mtime_ns
         proc = _collector(home)
-        wait_until("the restarted collector caught up", lambda: json.loads(
-            (home / "collect/slurm-cursor.json").read_text())["log_offset"]
-            >= SLURMCTLD_LOG.stat().st_size, 60)
+        wait_until("the restarted collector caught up", lambda: cursor.stat().st_mtime_ns
+                   != before and json.loads(cursor.read_text())["log_offset"]
+                   >= SLURMCTLD_LOG.stat().st_size, 60)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     finally:
