@@ -23,8 +23,7 @@ from typing import Any
 
 
 def _logs(incidents: int, per_minute: int) -> dict[str, list[Any]]:
-    from jobtrail import scenarios
-
+    from jobtrail.learn import scenarios
     story = scenarios.load(scenarios.LIBRARY / "ib-flap-64.yaml")
     log, _ = scenarios.run(story)
     step = timedelta(minutes=1) / per_minute

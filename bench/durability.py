@@ -58,8 +58,8 @@ def main() -> None:
                                         max(out["append_never_p50_ms"], 1e-6), 1)
 
     from ingest.canonical import decode
-    from jobtrail import sample
     from jobtrail.config import Settings
+    from jobtrail.learn import sample
     from jobtrail.runtime.embedded import EmbeddedRuntime
 
     home = work / "home"

@@ -37,8 +37,8 @@ HERE = Path(__file__).resolve().parent.parent
 def _records(n: int, wire_batch: int) -> list[bytes]:
     """Message values exactly as ingest produces them (JSON lines, `wire_batch` per message)."""
     from ingest.canonical import decode
-    from jobtrail import sample
-    from jobtrail.kafka_io import batch_by_cluster
+    from jobtrail.learn import sample
+    from jobtrail.runtime.kafka_io import batch_by_cluster
     from schemas.events import Event
 
     text = "\n".join(json.dumps(r) for r in sample.synthetic(n))
@@ -50,7 +50,7 @@ def _records(n: int, wire_batch: int) -> list[bytes]:
 def _produce(bootstrap: str, topic: str, values: list[bytes], key: bytes = b"") -> None:
     from aiokafka import AIOKafkaProducer
 
-    from jobtrail.kafka_io import sign
+    from jobtrail.runtime.kafka_io import sign
 
     async def run() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20,
@@ -76,7 +76,7 @@ def baseline(bootstrap: str, topic: str, home: Path, n: int) -> dict[str, Any]:
     from aiokafka import AIOKafkaConsumer
 
     from jobtrail.store import Store
-    from jobtrail.store_rows import EVENT_COLUMNS
+    from jobtrail.store.rows import EVENT_COLUMNS
     from schemas.events import parse_time
 
     store = Store.connect(f"chdb://{home / 'chdb'}")
@@ -119,8 +119,8 @@ def baseline(bootstrap: str, topic: str, home: Path, n: int) -> dict[str, Any]:
 
 def embedded(home: Path, n: int) -> dict[str, Any]:
     from ingest.canonical import decode
-    from jobtrail import sample
     from jobtrail.config import Settings
+    from jobtrail.learn import sample
     from jobtrail.runtime.embedded import EmbeddedRuntime
 
     runtime = EmbeddedRuntime(Settings(home=home))
@@ -136,7 +136,7 @@ def embedded(home: Path, n: int) -> dict[str, Any]:
 def raw_chdb(home: Path, n: int, batch: int = 5000) -> dict[str, Any]:
     """The embedded baseline: the same canonical rows straight into `events` (chDB)."""
     from ingest.canonical import decode
-    from jobtrail import sample
+    from jobtrail.learn import sample
     from jobtrail.store import Store
     from schemas.events import Event
 

@@ -42,8 +42,8 @@ def _signal(k: int, phase: str) -> bytes:
 
 def _background(n: int) -> list[bytes]:
     from ingest.canonical import decode
-    from jobtrail import sample
-    from jobtrail.kafka_io import batch_by_cluster
+    from jobtrail.learn import sample
+    from jobtrail.runtime.kafka_io import batch_by_cluster
     from schemas.events import Event
 
     text = "\n".join(json.dumps(r) for r in sample.synthetic(n))
@@ -132,7 +132,7 @@ def main() -> None:
     try:
         prefix = "lat."
         from jobtrail.config import Settings
-        from jobtrail.kafka_io import ensure_topics
+        from jobtrail.runtime.kafka_io import ensure_topics
 
         asyncio.run(ensure_topics(Settings(kafka=broker.bootstrap, topic_prefix=prefix)))
         worker = Worker(broker.bootstrap, work / "worker", prefix, "latency", batch_size=5000)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 def _runtime(home: Path, n: int):  # type: ignore[no-untyped-def]
     from ingest.canonical import decode
-    from jobtrail import sample
     from jobtrail.config import Settings
+    from jobtrail.learn import sample
     from jobtrail.runtime.embedded import EmbeddedRuntime
 
     runtime = EmbeddedRuntime(Settings(home=home, log_fsync="never"))

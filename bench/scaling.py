@@ -113,10 +113,10 @@ def main() -> None:
     from datetime import UTC, datetime
 
     from ingest.canonical import decode
-    from jobtrail import sample
     from jobtrail.config import Settings
     from jobtrail.dev import clickhouse, kafka
-    from jobtrail.kafka_io import batch_by_cluster, ensure_topics
+    from jobtrail.learn import sample
+    from jobtrail.runtime.kafka_io import batch_by_cluster, ensure_topics
     from schemas.events import Event
 
     names = clusters()
@@ -139,7 +139,7 @@ def main() -> None:
         asyncio.run(ensure_topics(settings))
         from aiokafka import AIOKafkaProducer
 
-        from jobtrail.kafka_io import sign
+        from jobtrail.runtime.kafka_io import sign
 
         async def produce() -> None:
             producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all",

@@ -1,53 +1,16 @@
-"""Composition root: build the store, the shared sink and a runtime from `Settings`."""
+"""Composition root: the one place the embedded-or-Kafka runtime is chosen from `Settings`.
+The parts runtimes are built from (store, topology, sink) live in `jobtrail.runtime.build` and
+are re-exported here for the CLI and the HTTP app."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from jobtrail.config import Settings
 from jobtrail.runtime import Runtime
+from jobtrail.runtime.build import build_sink, load_topology, open_store
 from jobtrail.runtime.embedded import EmbeddedRuntime
-from jobtrail.runtime.sink import Sink
-from jobtrail.store import Store
-from processors.incidents.rules import load_rules
-from processors.pipeline import Pipeline
 from processors.topology import Topology
-from schemas import topology as topology_file
 
-
-def open_store(settings: Settings) -> Store:
-    """The store; the embedded engine under the home is taken only after the home lock
-    (one process per home: a second one is told who holds it)."""
-    settings.home.mkdir(parents=True, exist_ok=True)
-    if not settings.clickhouse_dsn:
-        from jobtrail.runtime.home import HomeLock
-
-        HomeLock(settings.home).acquire()
-    store = Store.connect(settings.dsn, settings.database,
-                          timeout_s=settings.clickhouse_timeout_s,
-                          cluster=settings.clickhouse_cluster)
-    store.migrate()
-    return store
-
-
-def load_topology(settings: Settings) -> Topology:
-    if settings.topology_file is None:
-        return Topology()
-    return Topology.from_file(topology_file.load(settings.topology_file))
-
-
-def build_sink(settings: Settings, store: Store, topology: Topology | None = None, *,
-               restore: bool = True) -> Sink:
-    """The shared write path with a fresh pipeline; `restore` rebuilds its state from the
-    store (runtimes with a snapshot pass False and load theirs)."""
-    pipeline = Pipeline(timedelta(seconds=settings.attribution_slack_s),
-                        topology or load_topology(settings),
-                        timedelta(seconds=settings.lateness_s),
-                        load_rules(settings.rules_file))
-    sink = Sink(store, pipeline)
-    if restore:
-        sink.restore()
-    return sink
+__all__ = ["build_sink", "load_topology", "open_runtime", "open_store"]
 
 
 def open_runtime(settings: Settings, *, topology: Topology | None = None) -> Runtime:

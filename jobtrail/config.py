@@ -43,7 +43,7 @@ class Settings:
     database: str = "jobtrail"
     clickhouse_cluster: str = ""
     """The ClickHouse cluster (its name in the servers' `remote_servers`) whose nodes hold
-    the tables as Replicated + Distributed (`jobtrail.cluster_ddl`); empty: one server."""
+    the tables as Replicated + Distributed (`jobtrail.store.cluster_ddl`); empty: one server."""
     clickhouse_timeout_s: float = 60.0
     """How long one request to a ClickHouse server may take before the client gives up and
     retries it (inserts carry deduplication tokens, so a retried insert that had landed is a

@@ -26,7 +26,7 @@ if ! command -v slurmctld >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     --no-install-recommends slurm-wlm slurmdbd munge mariadb-server
   [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
 fi
-bash scripts/setup.sh
+bash scripts/setup.sh --dev
 V=${JOBTRAIL_VENV:-.venv}/bin
 "$V/jobtrail" dev kafka fetch
 "$V/ruff" check .

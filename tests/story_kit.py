@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from jobtrail import scenarios
+from jobtrail.learn import scenarios
 from processors.incidents.model import Actor, Command, Incident, IncidentEvent, InvalidTransition
 from processors.pipeline import Pipeline
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from jobtrail import scenarios
 from jobtrail.alerts.secrets import Secrets, new_signing_secret
 from jobtrail.alerts.store import AlertStore
 from jobtrail.alerts.worker import Deliverer, decide_pass
 from jobtrail.config import Settings
+from jobtrail.learn import scenarios
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.notify.model import Matcher, Subscription

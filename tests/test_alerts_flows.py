@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jobtrail import sample
+from jobtrail.learn import sample
 from tests.alerts_kit import receiver, smtp_server
 from tests.trust_kit import JOBTRAIL, ROOT, _env, cli, http, serve
 

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from jobtrail.cluster_ddl import SHARD_KEYS, UnsupportedStatement, cluster_statements
-from jobtrail.store import Store, _statements, migrations
+from jobtrail.store.cluster_ddl import SHARD_KEYS, UnsupportedStatement, cluster_statements
+from jobtrail.store.core import Store, _statements, migrations
 
 CLUSTER, DB = "prod", "jobtrail"
 

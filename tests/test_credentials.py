@@ -14,9 +14,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from jobtrail import sample
 from jobtrail.config import Settings
 from jobtrail.http import RuntimeBackend, create_app
+from jobtrail.learn import sample
 from jobtrail.runtime.embedded import EmbeddedRuntime
 from jobtrail.store import Store
 from processors.topology import Topology

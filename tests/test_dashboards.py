@@ -15,7 +15,7 @@ import pytest
 from dashboards.build import built, committed
 from dashboards.check import ANNOTATION_COLUMNS, COLUMNS, expand, lint, roundtrip, targets
 from ingest.canonical import decode
-from jobtrail import sample
+from jobtrail.learn import sample
 from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store

@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from ingest.canonical import decode
-from jobtrail import sample
+from jobtrail.learn import sample
 from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store

@@ -16,9 +16,9 @@ from click.testing import CliRunner
 
 from dashboards.build import built, committed
 from dashboards.check import targets
-from jobtrail.cli import main
-from jobtrail.grafana import ROW_POLICIES, datasource_body, grant, publish
+from jobtrail.cli.main import main
 from jobtrail.store import Store
+from jobtrail.views.grafana import ROW_POLICIES, datasource_body, grant, publish
 from tests.processors.incident_kit import at, ev, pipeline, started
 
 

@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from jobtrail import sample
 from jobtrail.config import Settings
 from jobtrail.http import RuntimeBackend, create_app
+from jobtrail.learn import sample
 from jobtrail.runtime.embedded import EmbeddedRuntime
 from jobtrail.store import Store
 from processors.topology import Topology

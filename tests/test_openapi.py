@@ -22,10 +22,10 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from jobtrail import sample
 from jobtrail.config import Settings
 from jobtrail.http import create_app
 from jobtrail.http.health import openapi_document
+from jobtrail.learn import sample
 from schemas.registry import REGISTRY
 from tests.trust_kit import http, serve
 

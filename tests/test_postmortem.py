@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jobtrail import scenarios
-from jobtrail.postmortem_view import document, export, state, to_html
+from jobtrail.learn import scenarios
+from jobtrail.views.postmortem import document, export, state, to_html
 from processors.postmortem import draft
 from processors.postmortem.blameless import warnings
 from processors.postmortem.checklist import blocking, postmortem_due

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from jobtrail import scenarios
+from jobtrail.learn import scenarios
 from tests.trust_kit import cli, http, serve
 
 STORY = "ib-flap-64"

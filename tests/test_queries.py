@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from ingest.canonical import decode
-from jobtrail import sample
-from jobtrail.queries import attempts_under, resources, wiring
+from jobtrail.learn import sample
 from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
+from jobtrail.store.queries import attempts_under, resources, wiring
 from processors.pipeline import Pipeline
 from processors.topology import Topology
 from schemas.events import Event, Source

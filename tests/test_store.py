@@ -7,7 +7,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store, migrations
-from jobtrail.store_retry import RetryPolicy, StoreRejected, StoreUnavailable
+from jobtrail.store.retry import RetryPolicy, StoreRejected, StoreUnavailable
 from processors.pipeline import Pipeline
 from schemas.events import Event, Source
 

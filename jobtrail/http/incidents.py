@@ -1,6 +1,6 @@
 """Incident routes: list, show, and people's commands.
 
-Reads are narrowed to the caller's projects (`jobtrail.incident_view`). Who may command a
+Reads are narrowed to the caller's projects (`jobtrail.views.incident`). Who may command a
 shared incident (one whose jobs belong to several projects): anyone who can see it may add a
 note or a follow-up action, tagged with their projects and shown to those projects only;
 lifecycle, ownership and severity commands change what every impacted project sees, so they

@@ -49,8 +49,8 @@ def _make(settings: Any, store: Any, incident_id: str, verb: str,
 
     import yaml
 
-    from jobtrail import learn
-    from jobtrail.postmortem_view import state
+    from jobtrail.learn import lessons as learn
+    from jobtrail.views.postmortem import state
 
     inc = state(store.incident_log(incident_id))
     if inc is None:
@@ -79,7 +79,7 @@ def _make(settings: Any, store: Any, incident_id: str, verb: str,
 
 async def _incident(request: web.Request) -> Any:
     """The folded incident, after the read policy."""
-    from jobtrail.postmortem_view import state
+    from jobtrail.views.postmortem import state
 
     backend = request.app[BACKEND]
     incident_id = request.match_info["incident_id"]
@@ -97,7 +97,7 @@ async def _incident(request: web.Request) -> Any:
 
 async def read(request: web.Request) -> web.StreamResponse:
     """`GET /v1/incidents/{id}/postmortem?format=json|md|html`."""
-    from jobtrail.postmortem_view import CSP, document, export
+    from jobtrail.views.postmortem import CSP, document, export
 
     inc = await _incident(request)
     fmt = request.query.get("format", "json")
@@ -116,7 +116,7 @@ async def command(request: web.Request) -> web.Response:
     """`POST /v1/incidents/{id}/postmortem/{verb}` `{"by": ..., "command_id": ..., ...}`:
     200 with the postmortem after it (embedded), 202 queued (cluster), 403, 409 with the
     reason the state refuses it, 422 for a malformed body."""
-    from jobtrail.postmortem_view import document, state
+    from jobtrail.views.postmortem import document, state
     from processors.incidents.model import Actor, Command, InvalidTransition
 
     verb = request.match_info["verb"]
@@ -158,7 +158,7 @@ async def command(request: web.Request) -> web.Response:
              else str(detail["msg"]))
     cmd = cmd.model_copy(update={"data": _authorise(who, name, full, cmd.data)})
     if verb in MADE:
-        from jobtrail.learn import LearningFailed
+        from jobtrail.learn.lessons import LearningFailed
 
         try:
             made = await backend.call(_make, request.app[SETTINGS], backend.store, incident_id,
@@ -194,8 +194,8 @@ async def followups(request: web.Request) -> web.Response:
 
 
 async def page(request: web.Request) -> web.Response:
-    from jobtrail.postmortem_view import CSP
-    from jobtrail.postmortem_view import page as render
+    from jobtrail.views.postmortem import CSP
+    from jobtrail.views.postmortem import page as render
 
     inc = await _incident(request)
     return web.Response(text=render(inc, datetime.now(UTC).date()), content_type="text/html",
@@ -205,7 +205,7 @@ async def page(request: web.Request) -> web.Response:
 
 
 async def static(request: web.Request) -> web.Response:
-    from jobtrail.postmortem_view import PAGE_CSS, PAGE_JS
+    from jobtrail.views.postmortem import PAGE_CSS, PAGE_JS
 
     name = request.match_info["name"]
     if name == "postmortem.js":

@@ -48,7 +48,7 @@ async def job_timeline(request: web.Request) -> web.Response:
 
 async def where(request: web.Request) -> web.Response:
     """Attempts on ?node= / ?switch= / ?filesystem= at ?at= (project-bound)."""
-    from jobtrail.queries import attempts_under
+    from jobtrail.store.queries import attempts_under
 
     projects = _projects(request)
     at = query_time(request, "at")
@@ -63,7 +63,7 @@ async def where(request: web.Request) -> web.Response:
 
 
 async def attempt_resources(request: web.Request) -> web.Response:
-    from jobtrail.queries import resources
+    from jobtrail.store.queries import resources
 
     project = _one_project(request)
     number = query_int(request, "attempt")

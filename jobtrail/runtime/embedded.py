@@ -278,7 +278,7 @@ class EmbeddedRuntime:
 
     def __init__(self, settings: Settings, *, topology: Topology | None = None,
                  store: Store | None = None) -> None:
-        from jobtrail.app import build_sink, open_store
+        from jobtrail.runtime.build import build_sink, open_store
         from jobtrail.runtime.home import HomeLock
 
         self.settings = settings

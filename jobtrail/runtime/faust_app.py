@@ -12,7 +12,7 @@ restarted or new owner of a partition loads its saved state and replays from Kaf
 between that state and the committed offset, so its state is the uninterrupted one's, and so
 is the incident log.
 
-Two Faust caveats shape this (see ../shared/notes/stack.md): agents keep `concurrency=1`
+Two Faust caveats shape this (faust-streaming issues #606 and #177): agents keep `concurrency=1`
 (higher can commit past an in-flight message), and `take_events` acks its buffer in a
 `finally`, even when the body raised. So a write that still fails after the retry budget
 must not raise into Faust: the worker logs and exits the process without acking, and the
@@ -32,11 +32,11 @@ import faust
 from ingest.adapters import registry
 from ingest.raw import decode_raw, text_headers
 from ingest.redact import clip
-from jobtrail.app import build_sink, open_store
 from jobtrail.config import Settings
-from jobtrail.kafka_io import PartitionReader, Record, batch_by_cluster, sign, signed
+from jobtrail.runtime.build import build_sink, open_store
+from jobtrail.runtime.kafka_io import PartitionReader, Record, batch_by_cluster, sign, signed
 from jobtrail.runtime.shards import Shards
-from jobtrail.store_retry import RetryPolicy, StoreUnavailable
+from jobtrail.store.retry import RetryPolicy, StoreUnavailable
 from processors.incidents.model import IncidentEvent
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
@@ -267,7 +267,7 @@ def _ts(seconds: float) -> Any:
 
 def run_worker(settings: Settings, loglevel: str = "warning") -> None:
     """Run the worker until stopped (blocks); topics are created first."""
-    from jobtrail.kafka_io import ensure_topics, partition_counts
+    from jobtrail.runtime.kafka_io import ensure_topics, partition_counts
 
     asyncio.run(ensure_topics(settings))
     counts = asyncio.run(partition_counts(settings, ("events", "incident-commands")))

@@ -15,7 +15,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from jobtrail.config import Settings
-from jobtrail.kafka_io import KafkaPublisher
+from jobtrail.runtime.kafka_io import KafkaPublisher
 from jobtrail.runtime.sink import BatchResult, redact_command
 from jobtrail.store import Store
 from processors.incidents.model import Command, IncidentEvent
@@ -44,7 +44,7 @@ class KafkaRuntime:
         """Connected on first use and again after a failure: a server started while the
         broker is down comes up (not ready) and recovers when it returns."""
         if self._publisher is None:
-            from jobtrail.kafka_io import ensure_topics
+            from jobtrail.runtime.kafka_io import ensure_topics
 
             self._run(ensure_topics(self.settings), timeout=60)
             self._publisher = self._run(self._start_publisher(), timeout=60)
@@ -63,7 +63,7 @@ class KafkaRuntime:
     def store(self) -> Store:
         """Opened on first read: ingest and commands need only the broker."""
         if self._store is None:
-            from jobtrail.app import open_store
+            from jobtrail.runtime.build import open_store
 
             self._store = open_store(self.settings)
         return self._store
@@ -93,8 +93,8 @@ class KafkaRuntime:
         return BatchResult()
 
     def topology(self) -> Topology:
-        from jobtrail.app import load_topology
-        from jobtrail.queries import wiring
+        from jobtrail.runtime.build import load_topology
+        from jobtrail.store.queries import wiring
 
         return wiring(self.store, load_topology(self.settings))
 

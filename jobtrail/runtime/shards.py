@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ingest.redact import clip
-from jobtrail.kafka_io import PartitionReader, Record
+from jobtrail.runtime.kafka_io import PartitionReader, Record
 from jobtrail.runtime.sink import Sink
 from jobtrail.runtime.snapshot import adopt, dumps, loads
 from jobtrail.store import Store

@@ -85,7 +85,7 @@ def adopt(sink: Sink, snapshot: Snapshot) -> str:
     current = sink.pipeline
     rebuilt = None
     if snapshot.topology_origin != current.topology.origin:
-        from jobtrail.queries import wiring
+        from jobtrail.store.queries import wiring
 
         rebuilt = wiring(sink.store, current.topology)
     snapshot.pipeline.bind(current.detector.rules, rebuilt)

@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from jobtrail import telemetry
-from jobtrail.store_retry import STATUS
+from jobtrail.store.retry import STATUS
 
 
 def _json(status: int, body: dict[str, Any]) -> web.Response:

@@ -39,7 +39,7 @@ def as_of(log: Sequence[IncidentEvent], until: datetime) -> Incident | None:
 
 
 def _scrub(inc: Incident, projects: Sequence[str]) -> Any:
-    from jobtrail.incident_view import HIDDEN
+    from jobtrail.views.incident import HIDDEN
 
     mine = set(projects)
     foreign = sorted({k for j in inc.jobs.values() if mine and j.project not in mine

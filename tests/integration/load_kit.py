@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ingest.canonical import decode
-from jobtrail import sample
 from jobtrail.config import Settings
-from jobtrail.kafka_io import publish_sync
+from jobtrail.learn import sample
+from jobtrail.runtime.kafka_io import publish_sync
 from schemas.events import Event
 from tests.integration.kafka_helpers import JOBTRAIL, Worker, lag
 
@@ -122,6 +122,42 @@ class Group:
     def committed(self) -> int:
         """Offsets the group committed, over every partition of its topics."""
         return lag(self.bootstrap, self.app_id, self.topics())[0]
+
+    def committed_past_saved_state(self, worker: Worker) -> bool:
+        """Whether `worker` has committed records of a partition past the state it saved for
+        it: what a successor must replay from Kafka when that worker dies now."""
+        import asyncio
+
+        import clickhouse_connect
+        from aiokafka.admin import AIOKafkaAdminClient
+        from aiokafka.structs import TopicPartition
+
+        assert worker.proc is not None
+        client = clickhouse_connect.get_client(dsn=self.clickhouse)
+        try:
+            rows = client.query(
+                f"SELECT argMax(positions, version), argMax(owner, version) "
+                f"FROM {self.database}.worker_state WHERE app_id = {{app:String}} "
+                "GROUP BY shard", parameters={"app": self.app_id}).result_rows
+        finally:
+            client.close()
+        saved = {stream: int(offset) for positions, owner in rows
+                 if owner.endswith(f":{worker.proc.pid}")
+                 for stream, offset in dict(positions).items()}
+
+        async def run() -> dict[str, int]:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            await admin.start()
+            try:
+                offsets = await admin.list_consumer_group_offsets(self.app_id)
+            finally:
+                await admin.close()
+            return {f"{tp.topic}/{tp.partition}": meta.offset for tp, meta in offsets.items()
+                    if isinstance(tp, TopicPartition)}
+
+        committed = asyncio.run(run())
+        # a saved position is the last offset processed; a committed offset is the next to read
+        return any(committed.get(stream, -1) - 1 > offset for stream, offset in saved.items())
 
     def topics(self) -> list[str]:
         return [self.settings.topic("events"), self.settings.topic("dlq")]

@@ -34,7 +34,7 @@ from tests.integration.load_kit import (
     wait,
 )
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def _free_port() -> int:
@@ -163,7 +163,7 @@ def test_drill_poison_in_every_topic(kafka_broker: str, clickhouse_server: str,
                                      tmp_path: Path) -> None:
     """Records no stage can read, on every topic the worker consumes and every partition in
     use: each is a dead letter with its reason, and what follows it is processed."""
-    from jobtrail.kafka_io import ensure_topics
+    from jobtrail.runtime.kafka_io import ensure_topics
 
     events = records(500)
     group = Group(kafka_broker, clickhouse_server, tmp_path)

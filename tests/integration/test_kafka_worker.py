@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from ingest.canonical import decode
-from jobtrail import sample
 from jobtrail.config import Settings
-from jobtrail.kafka_io import publish_sync
+from jobtrail.learn import sample
+from jobtrail.runtime.kafka_io import publish_sync
 from schemas.dead_letters import DeadLetter
 from tests.integration.kafka_helpers import (
     Worker,
@@ -113,7 +113,7 @@ def test_signed_messages_are_trusted_and_anything_else_is_checked(
     forged message on the topic is validated and redacted like any foreign input."""
     import clickhouse_connect
 
-    from jobtrail.kafka_io import sign
+    from jobtrail.runtime.kafka_io import sign
 
     prefix, app_id = _names()
     key = uuid.uuid4().hex.encode()

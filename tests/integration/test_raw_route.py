@@ -14,7 +14,7 @@ from aiokafka import AIOKafkaProducer
 from ingest.adapters import registry
 from ingest.raw import decode_raw
 from jobtrail.config import Settings
-from jobtrail.kafka_io import ensure_topics
+from jobtrail.runtime.kafka_io import ensure_topics
 from schemas.events import Event
 from tests.integration.kafka_helpers import Worker, run_to_end, stats
 

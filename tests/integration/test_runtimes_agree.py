@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from ingest.canonical import decode
-from jobtrail import sample
 from jobtrail.config import Settings
-from jobtrail.kafka_io import publish_sync
+from jobtrail.learn import sample
+from jobtrail.runtime.kafka_io import publish_sync
 from tests.integration.kafka_helpers import JOBTRAIL, Worker, run_to_end, wait_caught_up
 
 pytestmark = pytest.mark.kafka

@@ -23,7 +23,7 @@ from processors.topology import Topology
 from tests.integration.slurm_kit import SLURMCTLD_LOG, sh, slurm
 
 __all__ = ["slurm"]
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("kind", ["kill-worker", "node-down", "checkpoint-unwritable"])

@@ -33,7 +33,7 @@ from tests.integration.slurm_kit import (
 )
 
 __all__ = ["slurm"]
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 PROJECT = "root"  # the Slurm account of the submitting user
 
 

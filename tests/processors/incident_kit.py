@@ -1,5 +1,5 @@
 """Building blocks for incident scenarios on the sample cluster's 2-rail fat tree
-(`jobtrail.sample.topology()`: node-001..016 under leaf-01 (rail 0, port pN = node N) and
+(`jobtrail.learn.sample.topology()`: node-001..016 under leaf-01 (rail 0, port pN = node N) and
 leaf-02, node-017..032 under leaf-03/leaf-04, and so on; 8 GPUs per node)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from jobtrail import sample
+from jobtrail.learn import sample
 from processors.incidents.model import Incident, IncidentEvent, fold
 from processors.pipeline import Pipeline
 from processors.topology import Topology

@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 
 from ingest.canonical import decode
-from jobtrail.kafka_io import SIGNATURE, sign, signed
+from jobtrail.runtime.kafka_io import SIGNATURE, sign, signed
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.pipeline import Pipeline

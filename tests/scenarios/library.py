@@ -1,7 +1,7 @@
-"""The incident scenario library lives in `jobtrail.scenarios` (a postmortem's failure sample
+"""The incident scenario library lives in `jobtrail.learn.scenarios` (a postmortem's failure sample
 is checked by the same runner, from the CLI); the stories themselves are in `incidents/`."""
 
-from jobtrail.scenarios import (
+from jobtrail.learn.scenarios import (
     LIBRARY,
     Scenario,
     check,

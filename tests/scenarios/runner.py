@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from jobtrail import sample
+from jobtrail.learn import sample
 
 HERE = Path(__file__).resolve().parent
 

@@ -71,10 +71,4 @@ def slurm(ctx: click.Context, log_path: Path | None, cluster: str, project: str,
     click.echo(f"sent {collector.sent_total} records", err=True)
 
 
-def _commands() -> list[click.Command]:
-    from jobtrail.drill.cli import drill
-
-    return [collect, drill]
-
-
-COMMANDS = _commands()
+COMMANDS = [collect]

@@ -65,8 +65,8 @@ def publish(ctx: click.Context, url: str, token: str, clickhouse_url: str, usern
     """Create or update the folder, the data source and the dashboards (idempotent)."""
     from dashboards.build import committed
     from dashboards.common import with_jobtrail_url
-    from jobtrail.grafana import datasource_body
-    from jobtrail.grafana import publish as push
+    from jobtrail.views.grafana import datasource_body
+    from jobtrail.views.grafana import publish as push
 
     settings: Settings = ctx.obj
     source = None if no_datasource else datasource_body(url=clickhouse_url,
@@ -103,8 +103,8 @@ def grant(ctx: click.Context, team: str, projects: str, password_env: str, click
           dry_run: bool) -> None:
     """Create TEAM's read-only user with row policies limiting every table Grafana reads to
     PROJECTS, and print the matching Grafana data source."""
-    from jobtrail.grafana import datasource_body
-    from jobtrail.grafana import grant as make_grant
+    from jobtrail.views.grafana import datasource_body
+    from jobtrail.views.grafana import grant as make_grant
 
     settings: Settings = ctx.obj
     try:

@@ -10,8 +10,8 @@ A crash between the two leaves derived rows that the replay writes again; Replac
 collapses them and reads use FINAL (or, for the entity timeline over `events`, `LIMIT 1
 BY id` on the matching rows, which is exact there and much cheaper).
 
-By concern: row shapes and codecs in `store_rows.py`, the retry policy in `store_retry.py`,
-the incident log and its projections in `store_incidents.py` (a base class of `Store`).
+By concern: row shapes and codecs in `store/rows.py`, the retry policy in `store/retry.py`,
+the incident log and its projections in `store/incidents.py` (a base class of `Store`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Any
 import clickhouse_connect
 from pydantic_core import to_json
 
-from jobtrail.store_incidents import IncidentTables
-from jobtrail.store_retry import RetryPolicy
-from jobtrail.store_rows import (
+from jobtrail.store.incidents import IncidentTables
+from jobtrail.store.retry import RetryPolicy
+from jobtrail.store.rows import (
     ATTEMPT_COLUMNS,
     DEAD_LETTER_COLUMNS,
     EVENT_COLUMNS,
@@ -78,7 +78,7 @@ class Store(IncidentTables):
         self.retry = retry or RetryPolicy()
         self.cluster = cluster
         """A ClickHouse cluster name: the tables are Replicated + Distributed
-        (`jobtrail.cluster_ddl`); empty for chDB and a single server."""
+        (`jobtrail.store.cluster_ddl`); empty for chDB and a single server."""
 
     @classmethod
     def connect(cls, dsn: str, database: str = "jobtrail",
@@ -112,7 +112,7 @@ class Store(IncidentTables):
     def migrate(self) -> list[int]:
         """Apply DDL files not yet recorded; safe to run at every start (on a cluster too:
         every statement there is idempotent and ON CLUSTER)."""
-        from jobtrail.cluster_ddl import cluster_statements, migrations_table
+        from jobtrail.store.cluster_ddl import cluster_statements, migrations_table
 
         self.client.command(migrations_table(self.cluster, self.database) if self.cluster else
                             f"CREATE TABLE IF NOT EXISTS {self.database}.schema_migrations "

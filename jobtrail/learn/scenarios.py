@@ -43,7 +43,7 @@ from processors.incidents.rules import Rules, load_rules
 from schemas.events import Event, Source, parse_time
 from schemas.registry import REGISTRY
 
-LIBRARY = Path(__file__).resolve().parents[1] / "tests" / "scenarios" / "incidents"
+LIBRARY = Path(__file__).resolve().parents[2] / "tests" / "scenarios" / "incidents"
 _OFFSET = re.compile(r"^(?:(?P<h>\d+(?:\.\d+)?)h)?(?:(?P<m>\d+(?:\.\d+)?)m)?"
                      r"(?:(?P<s>\d+(?:\.\d+)?)s)?$")
 
@@ -154,8 +154,7 @@ def library() -> list[Path]:
 def topology(scenario: Scenario) -> dict[str, Any]:
     """The scenario's wiring as a topology file: the sample fat tree, or the one the file
     carries (a postmortem's sample carries its cluster's), with its GPU table."""
-    from jobtrail import sample
-
+    from jobtrail.learn import sample
     given = scenario.raw.get("topology", "sample")
     spec = dict(given) if isinstance(given, dict) else sample.topology()
     spec["gpu_pci"] = scenario.raw.get("gpu_pci", spec.get("gpu_pci", {}))

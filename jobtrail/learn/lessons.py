@@ -2,7 +2,7 @@
 
 - **Failure sample**: the incident's events cut from the store (its jobs' timelines, every
   piece of evidence, the infrastructure events on the cause entity in the window) written as
-  a scenario file (`jobtrail.scenarios`) whose `expect` is the incident as the log has it:
+  a scenario file (`jobtrail.learn.scenarios`) whose `expect` is the incident as the log has it:
   class, entity, owner, lost GPU-hours. It is replayed before it is recorded; a sample that
   does not reproduce its incident is refused with the differences.
 - **Monitor**: a proposed rules change (a YAML of overrides, merged like a scenario's
@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from jobtrail import scenarios
+from jobtrail.learn import scenarios
 from processors.incidents.model import Incident, fold
 
 WINDOW = timedelta(hours=1)

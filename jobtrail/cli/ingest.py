@@ -10,17 +10,8 @@ from typing import Any
 
 import click
 
+from jobtrail.cli.common import _parse_when, _settings
 from jobtrail.config import Settings
-
-
-def _settings(ctx: click.Context) -> Settings:
-    return ctx.obj  # type: ignore[no-any-return]
-
-
-def _parse_when(value: str | None) -> datetime | None:
-    from jobtrail.cli import _parse_when as parse
-
-    return parse(value)
 
 
 def _summary(result: Any, started: float) -> str:

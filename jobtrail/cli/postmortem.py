@@ -15,11 +15,12 @@ from typing import Any
 import click
 import yaml
 
-from jobtrail.cli_incidents import _BY, _ID, _command, _settings, _store
+from jobtrail.cli.common import _settings, _store
+from jobtrail.cli.incidents import _BY, _ID, _command
 
 
 def _state(ctx: click.Context, incident_id: str) -> Any:
-    from jobtrail.postmortem_view import state
+    from jobtrail.views.postmortem import state
 
     inc = state(_store(_settings(ctx)).incident_log(incident_id))
     if inc is None:
@@ -51,7 +52,7 @@ def draft_cmd(ctx: click.Context, incident_id: str, owner: str, by: str,
 @click.pass_context
 def show(ctx: click.Context, incident_id: str, as_json: bool) -> None:
     """The checklist, the blameless check's warnings and the Markdown."""
-    from jobtrail.postmortem_view import document, export
+    from jobtrail.views.postmortem import document, export
 
     inc = _state(ctx, incident_id)
     today = datetime.now(UTC).date()
@@ -159,7 +160,7 @@ def waive(ctx: click.Context, incident_id: str, reason: str, by: str,
 @click.pass_context
 def export_cmd(ctx: click.Context, incident_id: str, fmt: str, out: Path | None) -> None:
     """Markdown (canonical), sanitised HTML, or JSON."""
-    from jobtrail.postmortem_view import export
+    from jobtrail.views.postmortem import export
 
     text = export(_state(ctx, incident_id), fmt, datetime.now(UTC).date())
     if out is None:
@@ -191,7 +192,7 @@ def _record(ctx: click.Context, incident_id: str, by: str, learning: str,
 def sample(ctx: click.Context, incident_id: str, out: Path | None, by: str,
            command_id: str | None) -> None:
     """Cut a replayable failure sample from the incident's events, replay it, record it."""
-    from jobtrail.learn import LearningFailed, learning_data, write_sample
+    from jobtrail.learn.lessons import LearningFailed, learning_data, write_sample
 
     settings = _settings(ctx)
     inc = _state(ctx, incident_id)
@@ -221,7 +222,7 @@ def monitor(ctx: click.Context, incident_id: str, rules: Path, sample_path: Path
             by: str, command_id: str | None) -> None:
     """Check a rules change against the failure sample (same incident, earlier or with a
     better cause) and record it."""
-    from jobtrail.learn import LearningFailed, check_monitor, learning_data
+    from jobtrail.learn.lessons import LearningFailed, check_monitor, learning_data
 
     inc = _state(ctx, incident_id)
     recorded = inc.pm.learnings.get("sample")
@@ -234,7 +235,7 @@ def monitor(ctx: click.Context, incident_id: str, rules: Path, sample_path: Path
     except LearningFailed as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{rules}: {check}")
-    from jobtrail.learn import Outcome, digest_of
+    from jobtrail.learn.lessons import Outcome, digest_of
 
     _record(ctx, incident_id, by, "monitor",
             learning_data("monitor", Outcome(rules, digest_of(rules),
@@ -252,7 +253,7 @@ def monitor(ctx: click.Context, incident_id: str, rules: Path, sample_path: Path
 def runbook(ctx: click.Context, incident_id: str, directory: Path | None, by: str,
             command_id: str | None) -> None:
     """Write the incident's section of runbooks/<class>.md and record it."""
-    from jobtrail.learn import learning_data, write_runbook
+    from jobtrail.learn.lessons import learning_data, write_runbook
 
     settings = _settings(ctx)
     done = write_runbook(_state(ctx, incident_id),
@@ -311,7 +312,7 @@ def scenario() -> None:
                 type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def scenario_check(paths: tuple[Path, ...]) -> None:
     """Replay each file through the pipeline and compare with its `expect`."""
-    from jobtrail.learn import LearningFailed, check_sample
+    from jobtrail.learn.lessons import LearningFailed, check_sample
 
     failed = 0
     for path in paths:

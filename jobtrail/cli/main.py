@@ -6,17 +6,13 @@ import json
 import os
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
+from jobtrail.cli.common import _parse_when, _settings, _store
 from jobtrail.config import Settings
-
-
-def _settings(ctx: click.Context) -> Settings:
-    return ctx.obj  # type: ignore[no-any-return]
 
 
 class _Group(click.Group):
@@ -51,17 +47,6 @@ def main(ctx: click.Context, home: Path | None) -> None:
     ctx.obj = settings
 
 
-def _parse_when(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    from schemas.events import parse_time
-
-    try:
-        return parse_time(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 @main.command()
 @click.argument("job")
 @click.option("--project", required=True, help="Project the job belongs to (always required)")
@@ -79,7 +64,7 @@ def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, si
              png: Path | None = None) -> None:
     """Show JOB's cross-system timeline, grouped by attempt."""
     from jobtrail.app import open_store
-    from jobtrail.render import render
+    from jobtrail.views.render import render
 
     store = open_store(_settings(ctx))
     if png is not None:
@@ -106,35 +91,28 @@ def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, si
 @click.pass_context
 def demo(ctx: click.Context, colour: bool | None) -> None:
     """Load the bundled 64-node sample scenario (embedded) and show its timeline."""
-    from jobtrail import sample
+    from jobtrail.cli import incidents as cli_incidents
+    from jobtrail.learn import sample
     from processors.topology import Topology
     from schemas.topology import TopologyFile
 
     settings = _settings(ctx).with_(kafka="")
     click.echo(f"loading the sample scenario into {settings.dsn}")
     wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
-    from jobtrail.cli_ingest import _ingest_text
+    from jobtrail.cli.ingest import _ingest_text
 
     _ingest_text(settings, sample.jsonl(), producer="sample", origin="sample", topology=wiring)
     ctx.invoke(timeline, job=sample.JOB, project=sample.PROJECT, attempt=None, since=None,
                until=None, colour=colour, as_json=False)
-    from jobtrail import cli_incidents
-
     click.echo("")
     ctx.invoke(cli_incidents.incidents, projects=(), status="", as_json=False,
                everything=False)
-    worst = max(_store_of(settings).incidents(None), key=lambda r: r["lost_gpu_hours"],
+    worst = max(_store(settings).incidents(None), key=lambda r: r["lost_gpu_hours"],
                 default=None)
     if worst is not None:
         click.echo("")
         ctx.invoke(cli_incidents.show, incident_id=worst["incident_id"], projects=(),
                    as_json=False)
-
-
-def _store_of(settings: Settings) -> Any:
-    from jobtrail.app import open_store
-
-    return open_store(settings)
 
 
 @main.command()
@@ -143,8 +121,7 @@ def _store_of(settings: Settings) -> Any:
 @click.pass_context
 def sample_events(ctx: click.Context, synthetic: int) -> None:
     """Print the bundled sample scenario as JSON lines (to pipe into `ingest -`)."""
-    from jobtrail import sample
-
+    from jobtrail.learn import sample
     if synthetic:
         for record in sample.synthetic(synthetic):
             click.echo(json.dumps(record))
@@ -159,7 +136,7 @@ def drain(ctx: click.Context) -> None:
     from jobtrail.app import open_runtime
 
     started = time.monotonic()
-    from jobtrail.cli_ingest import _summary
+    from jobtrail.cli.ingest import _summary
 
     runtime = open_runtime(_settings(ctx))
     try:
@@ -210,7 +187,7 @@ def migrate(ctx: click.Context) -> None:
 
 def _wiring(settings: Settings) -> Any:
     from jobtrail.app import load_topology, open_store
-    from jobtrail.queries import wiring
+    from jobtrail.store.queries import wiring
 
     store = open_store(settings)
     return store, wiring(store, load_topology(settings))
@@ -227,7 +204,7 @@ def _wiring(settings: Settings) -> Any:
 def where(ctx: click.Context, node: str, switch: str, filesystem: str, at: str,
           projects: tuple[str, ...]) -> None:
     """Which job attempts were on a node, under a switch or using a filesystem at a time."""
-    from jobtrail.queries import attempts_under
+    from jobtrail.store.queries import attempts_under
 
     if not (node or switch or filesystem):
         raise click.UsageError("give --node, --switch or --filesystem")
@@ -247,7 +224,7 @@ def where(ctx: click.Context, node: str, switch: str, filesystem: str, at: str,
 @click.pass_context
 def attempt(ctx: click.Context, job: str, attempt: int, project: str) -> None:
     """Nodes, switches, links, filesystems and checkpoints of one attempt (JSON)."""
-    from jobtrail.queries import resources
+    from jobtrail.store.queries import resources
 
     store, topology = _wiring(_settings(ctx))
     found = resources(store, topology, project, job, attempt)
@@ -336,8 +313,8 @@ def schema_export(out: Path | None) -> None:
 @click.option("--database", default="jobtrail", show_default=True)
 def schema_ddl(cluster: str, database: str) -> None:
     """Print the ClickHouse DDL the migrations apply (for review, or to apply by hand)."""
-    from jobtrail.cluster_ddl import cluster_statements, migrations_table
-    from jobtrail.store import _statements, migrations
+    from jobtrail.store.cluster_ddl import cluster_statements, migrations_table
+    from jobtrail.store.core import _statements, migrations
 
     if cluster:
         click.echo(migrations_table(cluster, database) + ";\n")
@@ -359,34 +336,32 @@ def schema_types() -> None:
 
 
 def _register() -> None:
-    from jobtrail import (
-        cli_alerts,
-        cli_dev,
-        cli_grafana,
-        cli_incidents,
-        cli_ingest,
-        cli_postmortem,
-    )
+    from jobtrail.cli import (
+        alerts,
+        collect,
+        dev,
+        drill,
+        grafana,
+        incidents,
+        ingest,
+        postmortem,
+        )
 
-    main.add_command(cli_dev.dev)
-    main.add_command(cli_ingest.ingest)
-    main.add_command(cli_grafana.dashboards)
-    main.add_command(cli_grafana.access)
-    main.add_command(cli_incidents.incidents)
-    main.add_command(cli_incidents.incident)
-    main.add_command(cli_incidents.replay)
-    main.add_command(cli_postmortem.postmortem)
-    main.add_command(cli_postmortem.followups)
-    main.add_command(cli_postmortem.scenario)
-    for command in cli_alerts.COMMANDS:
+    main.add_command(dev.dev)
+    main.add_command(ingest.ingest)
+    main.add_command(grafana.dashboards)
+    main.add_command(grafana.access)
+    main.add_command(incidents.incidents)
+    main.add_command(incidents.incident)
+    main.add_command(incidents.replay)
+    main.add_command(postmortem.postmortem)
+    main.add_command(postmortem.followups)
+    main.add_command(postmortem.scenario)
+    for command in alerts.COMMANDS:
         main.add_command(command)
-    from jobtrail.collect import cli as collect_cli  # live sources and drills (issue 28)
-
-    for command in collect_cli.COMMANDS:
+    for command in [*collect.COMMANDS, *drill.COMMANDS]:  # live sources, recovery drills
         main.add_command(command)
 
 
 _register()
 
-if __name__ == "__main__":
-    main()

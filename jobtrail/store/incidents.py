@@ -2,7 +2,7 @@
 caller's projects (a `Store` part, split from store.py by concern).
 
 Every read takes `projects` (None: an operator) and binds them as server-side parameters; what
-a caller may see of a shared incident is narrowed by `jobtrail.incident_view`.
+a caller may see of a shared incident is narrowed by `jobtrail.views.incident`.
 """
 
 from __future__ import annotations
@@ -107,10 +107,10 @@ class IncidentTables:
                   since: datetime | None = None, limit: int = 200,
                   infrastructure: bool = False) -> list[dict[str, Any]]:
         """Incidents touching the caller's projects, newest first, each as that caller may
-        see it (`jobtrail.incident_view`). Infrastructure-only incidents (they touched no
+        see it (`jobtrail.views.incident`). Infrastructure-only incidents (they touched no
         job: a switch flapping under idle nodes) are kept and queryable, listed only with
         `infrastructure` and only to operators."""
-        from jobtrail.incident_view import summary
+        from jobtrail.views.incident import summary
 
         rows = self._dicts(
             f"SELECT {INCIDENT_LIST} FROM incidents FINAL "
@@ -136,8 +136,8 @@ class IncidentTables:
                  projects: Sequence[str] | None) -> dict[str, Any] | None:
         """One incident with its impacted jobs, evidence, actions and log, or None when it
         does not exist or touches none of the caller's projects; narrowed to what the
-        caller may see (`jobtrail.incident_view.detail`)."""
-        from jobtrail.incident_view import detail
+        caller may see (`jobtrail.views.incident.detail`)."""
+        from jobtrail.views.incident import detail
 
         rows = self._dicts(
             "SELECT * FROM incidents FINAL WHERE incident_id = {id:String} "

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from jobtrail.cli_incidents import _settings, _store
+from jobtrail.cli.common import _settings, _store
 
 
 def _alerts(ctx: click.Context) -> Any:

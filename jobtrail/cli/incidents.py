@@ -15,17 +15,7 @@ from typing import Any
 
 import click
 
-from jobtrail.config import Settings
-
-
-def _settings(ctx: click.Context) -> Settings:
-    return ctx.obj  # type: ignore[no-any-return]
-
-
-def _store(settings: Settings) -> Any:
-    from jobtrail.app import open_store
-
-    return open_store(settings)
+from jobtrail.cli.common import _settings, _store
 
 
 def _age(value: Any) -> str:
