@@ -55,6 +55,8 @@ _ALLOC = re.compile(r"(?:sched: Allocate JobId=(?P<a>\d+) NodeList=(?P<an>\S+)|"
 _STAMP = re.compile(r"^\[(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)\]")
 _NODE_FAIL_WINDOW_S = 5.0
 DRILL_JOB_NAME = "jobtrail-drill"
+_KEEP_JOBS = 20_000
+"""Jobs (and nodes) the cursor remembers; far more than a controller holds (MinJobAge)."""
 _DRILL_REASON = re.compile(r"\bjobtrail (?P<drill>drill-\S+)")
 _SIGNALS = {9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT", 11: "SIGSEGV", 7: "SIGBUS", 2: "SIGINT"}
 
@@ -419,6 +421,10 @@ class SlurmCollector:
         drafts, held = self._jobs(cursor)
         if self.follower is not None:
             lines, moved = self.follower.read(cursor)
+            if lines and _REASON_LINE.search(lines[-1]):
+                # its `state set to` line follows within the same millisecond: read them
+                # together next time, so the state keeps its reason
+                moved.log_offset -= len(lines.pop().encode("utf-8", "replace")) + 1
             cursor.log_inode, cursor.log_offset = moved.log_inode, moved.log_offset
             drafts += self._log(lines, cursor)
         else:
@@ -443,6 +449,10 @@ class SlurmCollector:
             cursor.alloc.pop(job, None)
         if len(cursor.sent.get("-", [])) > 5000:
             cursor.sent["-"] = cursor.sent["-"][-2000:]
+        for table in (cursor.requeues, cursor.job_nodes, cursor.accounts, cursor.alloc,
+                      cursor.drills, cursor.down_at):
+            for key in list(table)[:max(0, len(table) - _KEEP_JOBS)]:
+                del table[key]  # oldest first: a job the log still names after this is gone
         if fresh:
             self.sink.submit(fresh)
         cursor.save(self.cursor_path)

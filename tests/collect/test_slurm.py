@@ -156,3 +156,18 @@ def test_to_http_ingest_with_a_token(tmp_path: Path) -> None:
                     token="coll").body["rows"]
         assert [(r["attempt"], r["type"]) for r in rows if r["type"] == "job.failed"] == \
             [(1, "job.failed")]
+
+
+def test_a_reason_line_waits_for_its_state_line(tmp_path: Path) -> None:
+    log = tmp_path / "slurmctld.log"
+    log.write_text("[2026-12-06T01:06:03.640] update_node: node n3 reason set to: IB down\n")
+    sink = Recorder()
+    collector = _collector(tmp_path, sink, log)
+    collector.step()
+    assert not [e for e in sink.events if not e.job_id]
+    with log.open("a") as f:
+        f.write("[2026-12-06T01:06:03.640] update_node: node n3 state set to DOWN\n")
+    collector.step()
+    (down,) = [e for e in sink.events if not e.job_id]
+    assert (down.type, down.node, down.attributes["reason"]) == ("node.not_ready", "n3",
+                                                                "IB down")
