@@ -55,6 +55,7 @@ _ALLOC = re.compile(r"(?:sched: Allocate JobId=(?P<a>\d+) NodeList=(?P<an>\S+)|"
 _STAMP = re.compile(r"^\[(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)\]")
 _NODE_FAIL_WINDOW_S = 5.0
 DRILL_JOB_NAME = "jobtrail-drill"
+_SETTLE_S = 5.0
 _KEEP_JOBS = 20_000
 """Jobs (and nodes) the cursor remembers; far more than a controller holds (MinJobAge)."""
 _DRILL_REASON = re.compile(r"\bjobtrail (?P<drill>drill-\S+)")
@@ -277,6 +278,9 @@ class SlurmCollector:
                     if self.follower is not None:
                         continue  # the log's allocation line says it, to the millisecond
                     attrs["gpu_ids"] = gpu_ids
+                if draft["type"] == "job.cancelled" and not signal and not code and \
+                        time.time() - float(job.get("end_time") or 0) < _SETTLE_S:
+                    continue  # the kill's wait status lands a moment after the state
                 if draft["type"] in ("job.failed", "job.cancelled", "job.timeout",
                                      "job.completed", "job.preempted") and signal:
                     attrs["signal"] = _SIGNALS.get(signal, f"signal {signal}")
