@@ -71,6 +71,7 @@ def bench_decide(logs: dict[str, list[Any]], subs: list[Any]) -> dict[str, float
 
 
 def bench_deliver(logs: dict[str, list[Any]], subs: list[Any], limit: int) -> dict[str, float]:
+    from jobtrail.alerts.egress import Policy
     from jobtrail.alerts.secrets import Secrets, new_signing_secret
     from jobtrail.alerts.store import AlertStore
     from jobtrail.alerts.worker import Deliverer, http_post
@@ -81,6 +82,7 @@ def bench_deliver(logs: dict[str, list[Any]], subs: list[Any], limit: int) -> di
     from processors.notify.decide import decide
     from tests.alerts_kit import receiver
 
+    loopback = Policy.from_hosts(["127.0.0.1"])  # the same policy the deliverer runs under
     home = Path(tempfile.mkdtemp(prefix="bench-alerts-"))
     store = Store.connect(f"chdb://{home / 'chdb'}", "bench")
     store.migrate()
@@ -110,7 +112,7 @@ def bench_deliver(logs: dict[str, list[Any]], subs: list[Any], limit: int) -> di
         started = time.perf_counter()
         for body, msg_id in bodies:
             t0 = time.perf_counter()
-            http_post(f"{box.url}/raw", body, {"webhook-id": msg_id})
+            http_post(f"{box.url}/raw", body, {"webhook-id": msg_id}, policy=loopback)
             raw.append((time.perf_counter() - t0) * 1000)
         raw_took = time.perf_counter() - started
     n = len(sent)

@@ -102,8 +102,16 @@ class Settings:
     delivery_attempts: int = 8
     """A delivery is given up after this many attempts (or 24 h)."""
     alert_hosts: tuple[str, ...] = ()
-    """Hosts (fnmatch patterns) channels may post to. Empty: any host except loopback,
-    private, link-local and reserved addresses (a tenant's webhook must not reach inside)."""
+    """The channel policy's operator entries (`jobtrail.alerts.egress`): addresses and CIDRs
+    channels may reach although not public (`127.0.0.1` for a local receiver, an internal
+    relay's network); host name patterns (fnmatch), if any, are the only names channels may
+    use. Whatever is listed, every address a name resolves to must be public or listed."""
+    alert_timeout_s: float = 10.0
+    """How long one channel send may wait to connect and for each read. A failed
+    `/v1/subscriptions/{id}/test` answers after this long whatever the cause (no timing
+    oracle)."""
+    channel_env_prefix: str = "JOBTRAIL_CHANNEL_"
+    """The only environment variables a channel's `url_env`/`secret_env` may name."""
     alerts_interval_s: float = 5.0
     """How often `jobtrail serve` (embedded mode) decides and delivers notifications (0: it
     does not; run `jobtrail notify`, as cluster mode does)."""
@@ -174,6 +182,8 @@ class Settings:
             alerts_interval_s=_float(env, "JOBTRAIL_ALERTS_INTERVAL_S", 5.0),
             alert_hosts=tuple(h.strip() for h in (env.get("JOBTRAIL_ALERT_HOSTS") or "")
                               .split(",") if h.strip()),
+            alert_timeout_s=_float(env, "JOBTRAIL_ALERT_TIMEOUT_S", 10.0),
+            channel_env_prefix=_env_prefix(env.get("JOBTRAIL_CHANNEL_ENV_PREFIX")),
         )
 
 
@@ -183,3 +193,12 @@ def _fsync(value: str) -> Literal["always", "never"]:
     if value == "never":
         return "never"
     raise ValueError(f"JOBTRAIL_LOG_FSYNC must be always or never, got {value!r}")
+
+
+def _env_prefix(value: str | None) -> str:
+    """A prefix long enough to name a family of variables (never all of JOBTRAIL_)."""
+    prefix = "JOBTRAIL_CHANNEL_" if value is None or value == "" else value
+    if len(prefix) < 4 or prefix.upper() in ("JOBTRAIL_", "JOBTRAIL"):
+        raise ValueError("JOBTRAIL_CHANNEL_ENV_PREFIX must name a family of variables of "
+                         f"their own (e.g. JOBTRAIL_CHANNEL_), got {prefix!r}")
+    return prefix

@@ -147,7 +147,8 @@ def test_silences_joined_symptoms_and_the_rate_limit_are_logged() -> None:
     everyone = sub("all", repeat_s=0)
     silence = Silence(id="sil-1", matchers=(Matcher.parse("class=nccl_hang"),),
                       starts=datetime(2026, 11, 1, tzinfo=UTC),
-                      ends=datetime(2026, 12, 31, tzinfo=UTC), reason="NCCL upgrade week")
+                      ends=datetime(2026, 12, 31, tzinfo=UTC), reason="NCCL upgrade week",
+                      all_projects=True)
     decisions = decide([everyone], [silence], logs, LATER)
     silenced = [d for d in decisions if d.reason.startswith("silenced")]
     assert silenced and {d.labels["class"] for d in silenced} == {("nccl_hang",)}

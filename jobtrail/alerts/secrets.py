@@ -19,10 +19,30 @@ class MissingSecret(LookupError):
     """A reference that does not resolve (the message names the reference, not a value)."""
 
 
+ENV_PREFIX = "JOBTRAIL_CHANNEL_"
+_SERVER_SECRETS = frozenset({"JOBTRAIL_WIRE_KEY", "JOBTRAIL_UNSUBSCRIBE_KEY",
+                             "JOBTRAIL_SMTP_PASSWORD", "JOBTRAIL_SMTP_USER",
+                             "JOBTRAIL_API_TOKENS", "JOBTRAIL_CLICKHOUSE"})
+
+
+def env_refusal(name: str, prefix: str = ENV_PREFIX) -> str:
+    """'' when a channel may name environment variable `name`, else why not: only the
+    operator's channel variables (`JOBTRAIL_CHANNEL_ENV_PREFIX`), never the server's own
+    secrets."""
+    if not name or not all(c.isalnum() or c == "_" for c in name):
+        return f"{name!r} is not an environment variable name"
+    if not name.startswith(prefix) or name == prefix or name in _SERVER_SECRETS:
+        return (f"only variables named {prefix}* may hold a channel's URL or secret "
+                "(JOBTRAIL_CHANNEL_ENV_PREFIX)")
+    return ""
+
+
 class Secrets:
-    def __init__(self, home: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, home: Path, env: Mapping[str, str] | None = None,
+                 env_prefix: str = ENV_PREFIX) -> None:
         self.path = home / "secrets.json"
         self.env = os.environ if env is None else env
+        self.env_prefix = env_prefix
 
     def _load(self) -> dict[str, str]:
         if not self.path.exists():
@@ -45,6 +65,9 @@ class Secrets:
     def get(self, ref: str) -> str:
         kind, _, name = ref.partition(":")
         if kind == "env":
+            refused = env_refusal(name, self.env_prefix)
+            if refused:  # also for a reference stored before the prefix rule
+                raise MissingSecret(f"{ref}: {refused}")
             value = self.env.get(name)
         elif kind == "secret":
             value = self._load().get(name)

@@ -16,13 +16,12 @@ are not retried. 410 Gone disables the subscription (the owner sees why in
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import logging
 import smtplib
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,6 +29,7 @@ from email.message import EmailMessage
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from jobtrail.alerts import egress
 from jobtrail.alerts.secrets import MissingSecret, Secrets
 from jobtrail.alerts.store import AlertStore
 from processors.incidents.model import IncidentEvent
@@ -63,6 +63,9 @@ class Reply:
     code: int
     headers: Mapping[str, str]
     error: str = ""
+    own: bool = False
+    """The error is the subscriber's own configuration (a missing secret reference), not
+    something about the network: shown as is."""
 
 
 @dataclass
@@ -80,18 +83,15 @@ HttpSend = Callable[[str, bytes, Mapping[str, str]], Reply]
 MailSend = Callable[[EmailMessage], None]
 
 
-def http_post(url: str, body: bytes, headers: Mapping[str, str]) -> Reply:
-    if not url.startswith(("https://", "http://")):
-        return Reply(-1, {}, "the channel's URL must be http(s)")
-    request = urllib.request.Request(url, data=body, method="POST", headers={  # noqa: S310
-        "Content-Type": "application/json", "User-Agent": "jobtrail-alerts", **headers})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310 (checked)
-            return Reply(resp.status, dict(resp.headers))
-    except urllib.error.HTTPError as exc:
-        return Reply(exc.code, dict(exc.headers or {}), f"HTTP {exc.code}")
-    except (OSError, ValueError) as exc:
-        return Reply(0, {}, f"{type(exc).__name__}: {exc}"[:300])
+def http_post(url: str, body: bytes, headers: Mapping[str, str], *,
+              policy: egress.Policy | None = None,
+              resolver: egress.Resolver = egress.system_resolver,
+              timeout_s: float = 10.0) -> Reply:
+    """POST under the channel policy (default: public addresses only), to the checked
+    address, never following a redirect (`jobtrail.alerts.egress`)."""
+    answer = egress.post(url, body, headers, policy=policy or egress.Policy(),
+                         resolver=resolver, timeout_s=timeout_s)
+    return Reply(answer.code, answer.headers, answer.error)
 
 
 def smtp_sender(settings: Any, env: Mapping[str, str]) -> MailSend:
@@ -108,30 +108,6 @@ def smtp_sender(settings: Any, env: Mapping[str, str]) -> MailSend:
             smtp.send_message(mail)
 
     return send
-
-
-def allowed_host(url: str, allowed: Sequence[str]) -> str:
-    """'' when `url` may be posted to, else why not (the SSRF guard)."""
-    import fnmatch
-    import ipaddress
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if parts.scheme not in ("http", "https") or not host:
-        return "the channel's URL must be http(s) with a host"
-    if allowed:
-        return "" if any(fnmatch.fnmatch(host, p.lower()) for p in allowed) else (
-            f"host {host} is not in JOBTRAIL_ALERT_HOSTS")
-    if host == "localhost" or host.endswith((".localhost", ".local", ".internal")):
-        return f"host {host} is internal (allow it with JOBTRAIL_ALERT_HOSTS)"
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return ""
-    if not ip.is_global:
-        return f"address {host} is not public (allow it with JOBTRAIL_ALERT_HOSTS)"
-    return ""
 
 
 def backoff(notification_id: str, attempt: int) -> float:
@@ -196,11 +172,18 @@ def unsubscribe_token(secrets: Secrets, sub_id: str) -> str:
 
 class Deliverer:
     def __init__(self, alerts: AlertStore, secrets: Secrets, settings: Any,
-                 http: HttpSend = http_post, mail: MailSend | None = None) -> None:
+                 http: HttpSend | None = None, mail: MailSend | None = None, *,
+                 resolver: egress.Resolver = egress.system_resolver) -> None:
         self.alerts = alerts
         self.secrets = secrets
         self.settings = settings
-        self.http = http
+        self.policy = egress.Policy.from_hosts(settings.alert_hosts)
+        self.last_detail = ""
+        """The full reason of the last failed attempt (for an operator's CLI; a subscriber
+        reads `egress.describe`'s one sentence)."""
+        self.http: HttpSend = http or functools.partial(
+            http_post, policy=self.policy, resolver=resolver,
+            timeout_s=getattr(settings, "alert_timeout_s", 10.0))
         self.mail = mail or smtp_sender(settings, secrets.env)
         self.links = Links(settings.public_url, settings.grafana_url)
 
@@ -231,9 +214,6 @@ class Deliverer:
                                          at=now))
                 return Reply(250, {})
             url = self.secrets.get(channel.target)
-            refused = allowed_host(url, self.settings.alert_hosts)
-            if refused:
-                return Reply(-1, {}, refused)
             body = channels.render(channel.kind, msg)
             headers: dict[str, str] = {}
             if channel.kind == "webhook" and channel.secret:
@@ -241,9 +221,12 @@ class Deliverer:
                                         self.secrets.values(channel.secret))
             return self.http(url, body, headers)
         except MissingSecret as exc:
-            return Reply(-1, {}, str(exc))
+            return Reply(-1, {}, str(exc), own=True)
         except (OSError, smtplib.SMTPException) as exc:
             return Reply(0, {}, f"{type(exc).__name__}: {exc}"[:300])
+        except Exception as exc:  # one channel's defect is its own failure, never the pass's
+            log.exception("subscription %s: the send raised", sub.id)
+            return Reply(-1, {}, f"{type(exc).__name__} while sending"[:300])
 
     def prepare(self, now: datetime) -> tuple[list[Job], list[Attempt]]:
         """What is due, as messages to send (store reads only)."""
@@ -276,10 +259,13 @@ class Deliverer:
             jobs.append(Job(sub, ids, number, first, self._message(sub, rows, logs)))
         return jobs, cancelled
 
-    def deliver(self, jobs: Sequence[Job], now: datetime) -> list[tuple[Job, Reply, int]]:
+    def deliver(self, jobs: Sequence[Job], now: datetime,
+                out: list[tuple[Job, Reply, int]] | None = None,
+                ) -> list[tuple[Job, Reply, int]]:
         """Send each message (network only: no store access, so it may run off the store's
-        thread)."""
-        out = []
+        thread). Each result is appended to `out` as soon as it is known, so a pass that
+        stops half-way still records (and never resends) what it sent."""
+        out = [] if out is None else out
         gone: set[str] = set()
         for job in jobs:
             if job.sub.id in gone:
@@ -305,17 +291,32 @@ class Deliverer:
                 self.alerts.put_subscription(job.sub.model_copy(update={
                     "enabled": False, "disabled_reason": why}), by="jobtrail")
                 log.warning("subscription %s (%s) disabled: %s", job.sub.id, job.sub.owner, why)
+            error = self._error(job.sub, reply)
             attempts += [Attempt(i, job.sub.id, job.number, now, status, max(reply.code, 0), ms,
-                                 reply.error, next_at, job.sub.channel.kind, [job.msg["id"]])
+                                 error, next_at, job.sub.channel.kind, [job.msg["id"]])
                          for i in job.ids]
         self.alerts.record(attempts)
         return attempts
+
+    def _error(self, sub: Subscription, reply: Reply) -> str:
+        """What the attempt row (which the subscriber reads) says; the details of a refusal
+        or a no-answer go to the server log only (`egress.describe`)."""
+        self.last_detail = reply.error
+        if sub.channel.kind == "email" or reply.code > 0 or not reply.error or reply.own:
+            return reply.error
+        log.warning("subscription %s (%s): %s", sub.id, sub.owner, reply.error)
+        return egress.describe(reply)
 
     def run(self, now: datetime | None = None) -> list[Attempt]:
         """One delivery pass over what is due."""
         now = now or datetime.now(UTC)
         jobs, cancelled = self.prepare(now)
-        return self.finish(self.deliver(jobs, now), cancelled, now)
+        sent: list[tuple[Job, Reply, int]] = []
+        try:
+            self.deliver(jobs, now, sent)
+        except Exception:  # what was sent before it is recorded below, never sent again
+            log.exception("delivery pass stopped half-way")
+        return self.finish(sent, cancelled, now)
 
     def _outcome(self, msg_id: str, number: int, reply: Reply, now: datetime,
                  first: datetime) -> tuple[str, datetime | None]:
@@ -357,9 +358,11 @@ class Deliverer:
         started = time.monotonic()
         reply = self.send(sub, msg, now)
         ok = 200 <= reply.code < 300 or reply.code == 250
+        answered = ok or reply.code > 0
         attempt = Attempt(msg_id, sub.id, 1, now, "test" if ok else "test_failed",
-                          max(reply.code, 0), int((time.monotonic() - started) * 1000),
-                          reply.error, None, sub.channel.kind, [msg_id])
+                          max(reply.code, 0),
+                          int((time.monotonic() - started) * 1000) if answered else 0,
+                          self._error(sub, reply), None, sub.channel.kind, [msg_id])
         self.alerts.record([attempt])
         return attempt
 

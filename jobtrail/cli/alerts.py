@@ -26,14 +26,38 @@ def _alerts(ctx: click.Context) -> Any:
 def _secrets(ctx: click.Context) -> Any:
     from jobtrail.alerts.secrets import Secrets
 
-    return Secrets(_settings(ctx).home)
+    settings = _settings(ctx)
+    return Secrets(settings.home, env_prefix=settings.channel_env_prefix)
 
 
 def _duration(text: str) -> timedelta:
-    m = re.fullmatch(r"(\d+)([smhd])", text.strip())
+    from processors.notify.model import silence_length
+
+    m = re.fullmatch(r"(\d{1,12})([smhd])", text.strip())
     if not m:
-        raise click.BadParameter(f"{text!r}: a duration like 90s, 30m, 2h or 1d")
-    return timedelta(seconds=int(m[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]])
+        raise click.BadParameter(f"{text!r}: a duration like 90s, 30m, 2h or 1d",
+                                 param_hint="--for")
+    try:
+        return silence_length(int(m[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]])
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r}: {exc}", param_hint="--for") from None
+
+
+def _check_url(ctx: click.Context, option: str, url: str) -> None:
+    from jobtrail.alerts import egress
+
+    try:
+        egress.check_url(url, egress.Policy.from_hosts(_settings(ctx).alert_hosts))
+    except egress.ChannelRefused as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+def _check_env(secrets: Any, option: str, name: str) -> None:
+    from jobtrail.alerts.secrets import env_refusal
+
+    refused = env_refusal(name, secrets.env_prefix)
+    if refused:
+        raise click.BadParameter(refused, param_hint=option)
 
 
 @click.command("subscribe")
@@ -84,14 +108,17 @@ def subscribe(ctx: click.Context, name: str, owner: str, matchers: tuple[str, ..
         if channel == "email":
             target, shown = to, to
         elif url:
+            _check_url(ctx, "--url", url)
             target, shown = secrets.put(f"{sub_id}/url", url), hint(url)
         elif url_env:
+            _check_env(secrets, "--url-env", url_env)
             target, shown = f"env:{url_env}", f"${url_env}"
         else:
             raise click.UsageError(f"--channel {channel} needs --url or --url-env")
         signing = ""
         if channel == "webhook":
             if secret_env:
+                _check_env(secrets, "--secret-env", secret_env)
                 signing = f"env:{secret_env}"
             else:
                 shown_secret = new_signing_secret()
@@ -186,10 +213,11 @@ def test_send(ctx: click.Context, sub_id: str) -> None:
     """Send a test message over the subscription's channel now."""
     from jobtrail.alerts.worker import Deliverer
 
-    attempt = Deliverer(_alerts(ctx), _secrets(ctx), _settings(ctx)).test_send(
-        _one(ctx, sub_id))
+    deliverer = Deliverer(_alerts(ctx), _secrets(ctx), _settings(ctx))
+    attempt = deliverer.test_send(_one(ctx, sub_id))
+    why = deliverer.last_detail or attempt.error  # the operator sees the full reason
     click.echo(f"{attempt.status} {attempt.code} in {attempt.latency_ms} ms"
-               + (f": {attempt.error}" if attempt.error else ""))
+               + (f": {why}" if attempt.status != "test" and why else ""))
     if attempt.status != "test":
         raise SystemExit(1)
 
@@ -200,25 +228,35 @@ def test_send(ctx: click.Context, sub_id: str) -> None:
 @click.option("--until", "until", default="", help="...or until (ISO 8601)")
 @click.option("--reason", required=True)
 @click.option("--by", default="cli")
+@click.option("--project", "projects", multiple=True,
+              help="Only these projects' incidents (default: every project)")
 @click.pass_context
 def silence(ctx: click.Context, matchers: tuple[str, ...], length: str, until: str, reason: str,
-            by: str) -> None:
-    """Suppress matching notifications for a while (each suppression is logged)."""
+            by: str, projects: tuple[str, ...]) -> None:
+    """Suppress matching notifications for a while (each suppression is logged). The CLI
+    acts as an operator: without --project the silence covers every project."""
     import hashlib
 
-    from processors.notify.model import Matcher, Silence
+    from ingest.redact import redact_text
+    from processors.notify.model import Matcher, Silence, silence_length
 
+    by = redact_text(by)  # free text, stored and listed
     now = datetime.now(UTC)
     if bool(length) == bool(until):
         raise click.UsageError("give --for or --until")
     try:
-        ends = now + _duration(length) if length else datetime.fromisoformat(until)
-        if ends.tzinfo is None:
-            ends = ends.replace(tzinfo=UTC)
+        if length:
+            ends = now + _duration(length)
+        else:
+            ends = datetime.fromisoformat(until)
+            if ends.tzinfo is None:
+                raise ValueError(f"--until {until!r}: give a time zone (…Z or +HH:MM)")
+            silence_length((ends - now).total_seconds())
         parsed = tuple(Matcher.parse(m) for m in matchers)
         sil = Silence(id="sil-" + hashlib.sha256(f"{matchers}{now}".encode()).hexdigest()[:10],
-                      matchers=parsed, starts=now, ends=ends, reason=reason, by=by)
-    except ValueError as exc:
+                      matchers=parsed, starts=now, ends=ends, reason=reason, by=by,
+                      projects=tuple(sorted(set(projects))), all_projects=not projects)
+    except (ValueError, OverflowError) as exc:
         raise click.ClickException(str(exc)) from None
     _alerts(ctx).put_silence(sil, by=by)
     click.echo(f"{sil.id}: {', '.join(str(m) for m in parsed)} until {ends.isoformat()}")

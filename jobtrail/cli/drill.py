@@ -94,5 +94,3 @@ def show(ctx: click.Context, drill_id: str | None, as_json: bool) -> None:
     report = DrillReport.from_json(found[-1].read_text())
     click.echo(report.to_json() if as_json else report.to_markdown())
 
-
-COMMANDS = [drill]

@@ -91,13 +91,15 @@ def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, si
 @click.pass_context
 def demo(ctx: click.Context, colour: bool | None) -> None:
     """Load the bundled 64-node sample scenario (embedded) and show its timeline."""
+    from ingest.redact import redact_text
     from jobtrail.cli import incidents as cli_incidents
     from jobtrail.learn import sample
     from processors.topology import Topology
     from schemas.topology import TopologyFile
 
     settings = _settings(ctx).with_(kafka="")
-    click.echo(f"loading the sample scenario into {settings.dsn}")
+    # a server's DSN carries its password (the dev server's always does): never echo it
+    click.echo(f"loading the sample scenario into {redact_text(settings.dsn)}")
     wiring = Topology.from_file(TopologyFile.model_validate(sample.topology()))
     from jobtrail.cli.ingest import _ingest_text
 
@@ -345,7 +347,8 @@ def _register() -> None:
         incidents,
         ingest,
         postmortem,
-        )
+        topology,
+    )
 
     main.add_command(dev.dev)
     main.add_command(ingest.ingest)
@@ -357,10 +360,11 @@ def _register() -> None:
     main.add_command(postmortem.postmortem)
     main.add_command(postmortem.followups)
     main.add_command(postmortem.scenario)
+    main.add_command(topology.topology)
+    main.add_command(collect.collect)
     for command in alerts.COMMANDS:
         main.add_command(command)
-    for command in [*collect.COMMANDS, *drill.COMMANDS]:  # live sources, recovery drills
-        main.add_command(command)
+    main.add_command(drill.drill)
 
 
 _register()

@@ -313,12 +313,13 @@ def scenario() -> None:
 def scenario_check(paths: tuple[Path, ...]) -> None:
     """Replay each file through the pipeline and compare with its `expect`."""
     from jobtrail.learn.lessons import LearningFailed, check_sample
+    from jobtrail.learn.scenarios import ScenarioError
 
     failed = 0
     for path in paths:
         try:
             click.echo(f"ok   {path}: {check_sample(path)}")
-        except LearningFailed as exc:
+        except (LearningFailed, ScenarioError) as exc:
             failed += 1
             click.echo(f"FAIL {exc}")
     if failed:

@@ -13,17 +13,26 @@ picks the output format); inserts (`INSERT ... FORMAT X` in `query` or at the he
 body, the data after it, chunked or not, `Content-Encoding` lz4/zstd/gzip/deflate); `param_*`
 bindings; per-request settings; `database`. Answers carry `X-ClickHouse-Summary` and, on error,
 `X-ClickHouse-Exception-Code` with ClickHouse's own message. Not served: sessions (temporary
-tables, `SET` across requests), external data, progress headers, users and passwords (it
-listens on loopback only and says so in its name).
+tables, `SET` across requests), external data, progress headers.
+
+Like a real server it wants a user and password on every request but `/ping` (HTTP basic
+auth, `X-ClickHouse-User`/`X-ClickHouse-Key` or `user`/`password` parameters): one user,
+`jobtrail`, with a password generated at each start, handed to the process in its
+environment (never its command line) and to clients in the DSN (`Server.dsn`, kept in
+`server.json`, mode 0600). Loopback is no boundary: anything on the host that can be made
+to send a request (a webhook, a proxy) must not reach an open database.
 """
 
 from __future__ import annotations
 
+import base64
 import gzip
+import hmac
 import json
 import logging
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -33,7 +42,7 @@ import threading
 import time
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -197,6 +206,22 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._serve()
 
+    def _authenticated(self, query: str) -> bool:
+        user, password = self.headers.get("X-ClickHouse-User"), \
+            self.headers.get("X-ClickHouse-Key")
+        scheme, _, value = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() == "basic":
+            try:
+                user, _, password = base64.b64decode(value.strip()).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return False
+        if user is None:
+            fields = dict(parse_qsl(query, keep_blank_values=True))
+            user, password = fields.get("user"), fields.get("password")
+        expected_user, expected = self.server.credentials
+        return hmac.compare_digest((user or "").encode(), expected_user.encode()) and \
+            hmac.compare_digest((password or "").encode(), expected.encode())
+
     def do_POST(self) -> None:
         self._serve()
 
@@ -217,8 +242,17 @@ class _Handler(BaseHTTPRequestHandler):
         return _decompress(body, self.headers.get("Content-Encoding", ""))
 
     def _serve(self) -> None:
+        split = urlsplit(self.path)
+        if not self._authenticated(split.query):
+            if self.headers.get("Transfer-Encoding", "").lower() != "chunked":
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.close_connection = True
+            self._send(403, b"Code: 516. DB::Exception: jobtrail: Authentication failed: "
+                            b"password is incorrect, or there is no user with such name. "
+                            b"(AUTHENTICATION_FAILED)\n",
+                       {"X-ClickHouse-Exception-Code": "516"})
+            return
         try:
-            split = urlsplit(self.path)
             request = _parse(split.query, self._body(), self.headers.get("Content-Type", ""))
             result = self.server.execute(request)
         except Exception as exc:  # the client reads ClickHouse's own error text
@@ -247,9 +281,10 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, port: int, engine: Engine) -> None:
+    def __init__(self, port: int, engine: Engine, credentials: tuple[str, str]) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.engine = engine
+        self.credentials = credentials
 
     def execute(self, request: _Request) -> tuple[bytes, dict[str, str]]:
         engine = self.engine
@@ -281,10 +316,17 @@ class _Server(ThreadingHTTPServer):
         return b"", {"X-ClickHouse-Summary": json.dumps(summary)}
 
 
-def serve(path: Path, port: int) -> None:
+USER = "jobtrail"
+_PASSWORD_ENV = "JOBTRAIL_DEV_CLICKHOUSE_PASSWORD"  # noqa: S105 (a variable name)
+
+
+def serve(path: Path, port: int, password: str) -> None:
     """Serve until SIGTERM (blocks)."""
+    if len(password) < 16:
+        raise ServerError("the dev ClickHouse server needs a password of 16 characters or "
+                          f"more (in {_PASSWORD_ENV})")
     path.mkdir(parents=True, exist_ok=True)
-    server = _Server(port, Engine(path))
+    server = _Server(port, Engine(path), (USER, password))
 
     def stop(*_: Any) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
@@ -304,13 +346,15 @@ class Server:
     pid: int
     port: int
     directory: Path
+    password: str = field(default="", repr=False)
 
     @property
     def dsn(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{USER}:{self.password}@127.0.0.1:{self.port}"
 
     def to_json(self) -> str:
-        return json.dumps({"pid": self.pid, "port": self.port, "directory": str(self.directory)})
+        return json.dumps({"pid": self.pid, "port": self.port, "directory": str(self.directory),
+                           "password": self.password})
 
 
 def _free_port() -> int:
@@ -333,12 +377,18 @@ def start(directory: Path, *, port: int | None = None, timeout_s: float = 60.0) 
     directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     port = port or _free_port()
+    password = secrets.token_urlsafe(24)
     out = (directory / "server.log").open("ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobtrail.dev.clickhouse", str(directory / "engine"), str(port)],
-        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    server = Server(proc.pid, port, directory)
-    (directory / "server.json").write_text(server.to_json())
+        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, _PASSWORD_ENV: password})
+    server = Server(proc.pid, port, directory, password)
+    state = directory / "server.json"
+    fd = os.open(state, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(server.to_json())
+    os.chmod(state, 0o600)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -356,7 +406,8 @@ def load(directory: Path) -> Server | None:
     if not state.exists():
         return None
     data = json.loads(state.read_text())
-    return Server(int(data["pid"]), int(data["port"]), Path(data["directory"]))
+    return Server(int(data["pid"]), int(data["port"]), Path(data["directory"]),
+                  str(data.get("password") or ""))
 
 
 def alive(server: Server) -> bool:
@@ -387,4 +438,4 @@ def stop(server: Server, timeout_s: float = 30.0, *, sig: int = signal.SIGTERM) 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
-    serve(Path(sys.argv[1]), int(sys.argv[2]))
+    serve(Path(sys.argv[1]), int(sys.argv[2]), os.environ.pop(_PASSWORD_ENV, ""))

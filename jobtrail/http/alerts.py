@@ -2,9 +2,11 @@
 
 Project-bound like every route: a token creates subscriptions bound to its projects (a
 subset it names, or all of them) and sees only subscriptions bound within its projects;
-nobody subscribes to what they cannot read. Channel URLs and signing secrets go to the
-secret store, never to the subscription record or a response (the generated signing secret
-is returned once, when it is made).
+nobody subscribes to what they cannot read. A token changes, deletes and test-sends only the
+subscriptions it made (`created_by`); its silences cover its projects, never all. Channel
+URLs are checked against the channel policy when they are given (`jobtrail.alerts.egress`)
+and, with signing secrets, go to the secret store, never to the subscription record or a
+response (the generated signing secret is returned once, when it is made).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def _parts(request: web.Request) -> tuple[Any, Any, Any]:
     from jobtrail.alerts.store import AlertStore
 
     settings = request.app[SETTINGS]
-    return AlertStore(request.app[BACKEND].store), Secrets(settings.home), settings
+    secrets = Secrets(settings.home, env_prefix=settings.channel_env_prefix)
+    return AlertStore(request.app[BACKEND].store), secrets, settings
 
 
 def _public(sub: Any) -> dict[str, Any]:
@@ -46,9 +49,16 @@ async def list_subscriptions(request: web.Request) -> web.Response:
     return reply({"subscriptions": [_public(s) for s in subs]})
 
 
-def _build(body: dict[str, Any], who: Any, secrets: Any) -> tuple[Any, str]:
-    from jobtrail.alerts.secrets import hint, new_signing_secret
-    from processors.notify.model import Matcher, Subscription, subscription_id
+def _channel_fail(field: str, why: str) -> None:
+    fail(web.HTTPUnprocessableEntity, f"{field}: {why}")
+
+
+def _build(body: dict[str, Any], who: Any, secrets: Any, settings: Any) -> tuple[Any, str]:
+    """The subscription a request describes, its channel checked now (a URL the policy
+    refuses, a variable outside the channel prefix: 422 naming the field)."""
+    from jobtrail.alerts import egress
+    from jobtrail.alerts.secrets import env_refusal, hint, new_signing_secret
+    from processors.notify.model import CHANNELS, Matcher, Subscription, subscription_id
 
     name, owner = str(body.get("name") or ""), str(body.get("owner") or "")
     if not name or not owner:
@@ -65,19 +75,41 @@ def _build(body: dict[str, Any], who: Any, secrets: Any) -> tuple[Any, str]:
     if not isinstance(channel, dict):
         raise ValueError("channel: an object with kind and url, url_env or to")
     kind = str(channel.get("kind") or "")
-    sub_id = subscription_id(owner, name)
-    made_secret = ""
+    if kind not in CHANNELS:
+        _channel_fail("channel.kind", f"one of {', '.join(CHANNELS)}")
+    sub_id = subscription_id(owner, name, "" if who.operator else who.name)
+    policy = egress.Policy.from_hosts(settings.alert_hosts)
+    for key in ("url_env", "secret_env"):
+        if channel.get(key):
+            refused = env_refusal(str(channel[key]), secrets.env_prefix)
+            if refused:
+                _channel_fail(f"channel.{key}", refused)
+    url = ""
     if kind == "email":
-        target, shown = str(channel.get("to") or ""), str(channel.get("to") or "")
+        target = shown = str(channel.get("to") or "")
     elif channel.get("url"):
         url = str(channel["url"])
-        if not url.startswith(("https://", "http://")):
-            raise ValueError("channel.url: an http(s) URL")
-        target, shown = secrets.put(f"{sub_id}/url", url), hint(url)
     elif channel.get("url_env"):
+        # the operator's variable: its URL is checked at every send, like every URL
         target, shown = f"env:{channel['url_env']}", f"${channel['url_env']}"
     else:
         raise ValueError("channel: url, url_env (or, for email, to) is required")
+    if url:
+        try:
+            egress.check_url(url, policy)
+        except egress.ChannelRefused as exc:
+            _channel_fail("channel.url", str(exc))
+    matchers = [Matcher.parse(str(m)) for m in body.get("matchers") or []]
+    spec = {k: body[k] for k in ("on", "mode", "digest_cron", "timezone", "quiet",
+                                 "rate_limit", "wait_s", "repeat_s", "max_repeats",
+                                 "flap_hold_s") if k in body}
+    probe = {"kind": kind, "target": "secret:probe" if kind != "email" else target}
+    Subscription.model_validate({  # everything else is valid before a secret is written
+        **spec, "id": sub_id, "name": name, "owner": owner, "projects": wanted,
+        "matchers": [m.model_dump() for m in matchers], "channel": probe})
+    made_secret = ""
+    if kind != "email" and channel.get("url"):
+        target, shown = secrets.put(f"{sub_id}/url", url), hint(url)
     signing = ""
     if kind == "webhook":
         if channel.get("secret_env"):
@@ -85,34 +117,31 @@ def _build(body: dict[str, Any], who: Any, secrets: Any) -> tuple[Any, str]:
         else:
             made_secret = new_signing_secret()
             signing = secrets.put(f"{sub_id}/signing", made_secret)
-    matchers = [Matcher.parse(str(m)) for m in body.get("matchers") or []]
-    spec = {k: body[k] for k in ("on", "mode", "digest_cron", "timezone", "quiet",
-                                 "rate_limit", "wait_s", "repeat_s", "max_repeats",
-                                 "flap_hold_s") if k in body}
     sub = Subscription.model_validate({
         **spec, "id": sub_id, "name": name, "owner": owner, "projects": wanted,
         "matchers": [m.model_dump() for m in matchers],
-        "channel": {"kind": kind, "target": target, "secret": signing, "hint": shown}})
+        "channel": {"kind": kind, "target": target, "secret": signing, "hint": shown},
+        "created_by": "" if who.operator else who.name})
     return sub, made_secret
 
 
 async def create_subscription(request: web.Request) -> web.Response:
-    """`POST /v1/subscriptions`: created or updated by (owner, name); 201 with it (and the
-    webhook signing secret, once, when one was generated)."""
+    """`POST /v1/subscriptions`: created or updated by (owner, name) within the caller's
+    own subscriptions; 201 with it (and the webhook signing secret, once, when one was
+    generated)."""
     from pydantic import ValidationError
 
     who = principal(request)
-    alerts, secrets, _ = _parts(request)
+    alerts, secrets, settings = _parts(request)
     try:
         body = json.loads(await request.read() or b"{}")
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         existing = await request.app[BACKEND].call(
-            alerts.subscription, _id_of(body), None)
-        if existing is not None and not who.operator and not set(existing[0].projects) <= \
-                who.projects:
-            fail(web.HTTPForbidden, "a subscription of that name belongs to other projects")
-        sub, made = _build(body, who, secrets)
+            alerts.subscription, _id_of(body, who), None)
+        if existing is not None and not _may_change(existing[0], who):
+            fail(web.HTTPForbidden, "a subscription of that name belongs to someone else")
+        sub, made = _build(body, who, secrets, settings)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
@@ -126,10 +155,20 @@ async def create_subscription(request: web.Request) -> web.Response:
     return reply(out, status=201)
 
 
-def _id_of(body: dict[str, Any]) -> str:
+def _may_change(sub: Any, who: Any) -> bool:
+    """An operator changes any subscription; a token only those it made itself, within its
+    projects (never an operator's: those have no creator)."""
+    if who.operator:
+        return True
+    return bool(sub.created_by) and sub.created_by == who.name and bool(sub.projects) and \
+        set(sub.projects) <= who.projects
+
+
+def _id_of(body: dict[str, Any], who: Any) -> str:
     from processors.notify.model import subscription_id
 
-    return subscription_id(str(body.get("owner") or ""), str(body.get("name") or ""))
+    return subscription_id(str(body.get("owner") or ""), str(body.get("name") or ""),
+                           "" if who.operator else who.name)
 
 
 async def _visible(request: web.Request) -> Any:
@@ -148,21 +187,31 @@ async def show_subscription(request: web.Request) -> web.Response:
 
 async def delete_subscription(request: web.Request) -> web.Response:
     sub = await _visible(request)
+    if not _may_change(sub, principal(request)):
+        fail(web.HTTPForbidden, "only who made a subscription (or an operator) deletes it")
     alerts, _, _ = _parts(request)
     await request.app[BACKEND].call(alerts.delete_subscription, sub, principal(request).name)
     return reply({"deleted": sub.id})
 
 
 async def test_subscription(request: web.Request) -> web.Response:
-    """`POST /v1/subscriptions/{id}/test`: a test message over the channel, now."""
+    """`POST /v1/subscriptions/{id}/test`: a test message over the channel, now. A refused
+    host and one that does not answer (refused, timed out, unresolvable) give the same body,
+    after the same wait (`alert_timeout_s`): the endpoint is no port scanner."""
     from dataclasses import asdict
 
     from jobtrail.alerts.worker import Deliverer
 
     sub = await _visible(request)
+    if not _may_change(sub, principal(request)):
+        fail(web.HTTPForbidden, "only who made a subscription (or an operator) tests it")
     alerts, secrets, settings = _parts(request)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     attempt = await request.app[BACKEND].call(
         lambda: Deliverer(alerts, secrets, settings).test_send(sub))
+    if attempt.status != "test" and attempt.code == 0:
+        await asyncio.sleep(max(0.0, settings.alert_timeout_s - (loop.time() - started)))
     return reply(asdict(attempt), status=200 if attempt.status == "test" else 502)
 
 
@@ -221,13 +270,14 @@ async def list_silences(request: web.Request) -> web.Response:
 
 
 async def create_silence(request: web.Request) -> web.Response:
-    """`POST /v1/silences` `{"matchers": [...], "ends": ISO or "for_s": N, "reason": ...}`:
-    a token's silence covers only its projects' incidents."""
+    """`POST /v1/silences` `{"matchers": [...], "ends": ISO or "for_s": N, "reason": ...,
+    "projects": [...]}`: a token's silence covers only (some of) its projects' incidents;
+    only an operator's covers every project. `by` is the caller, never a body field."""
     import hashlib
 
     from pydantic import ValidationError
 
-    from processors.notify.model import Matcher, Silence
+    from processors.notify.model import Matcher, Silence, silence_length
 
     who = principal(request)
     alerts, _, _ = _parts(request)
@@ -237,17 +287,31 @@ async def create_silence(request: web.Request) -> web.Response:
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         if "for_s" in body:
-            ends = now + timedelta(seconds=float(body["for_s"]))
+            ends = now + silence_length(float(body["for_s"]))
         elif "ends" in body:
             ends = datetime.fromisoformat(str(body["ends"]))
+            if ends.tzinfo is None:
+                raise ValueError("ends: give a time zone (…Z or +HH:MM); a naive time is "
+                                 "not taken as UTC")
+            silence_length((ends - now).total_seconds())
         else:
             raise ValueError("ends or for_s: required")
+        wanted = sorted({str(p) for p in body.get("projects") or []})
+        if not who.operator:
+            outside = sorted(set(wanted) - who.projects)
+            if outside:
+                fail(web.HTTPForbidden, f"projects: this token may not read "
+                                        f"{', '.join(outside)}")
+            wanted = wanted or sorted(who.projects)
+            if not wanted:  # an empty list would silence nothing; never everything
+                fail(web.HTTPForbidden, "this token reads no project to silence (only an "
+                                        "operator silences across projects)")
         matchers = [Matcher.parse(str(m)) for m in body.get("matchers") or []]
         silence = Silence.model_validate({
             "id": "sil-" + hashlib.sha256(f"{who.name}{body}{now}".encode()).hexdigest()[:10],
             "matchers": [m.model_dump() for m in matchers], "starts": now, "ends": ends,
-            "reason": str(body.get("reason") or ""), "by": str(body.get("by") or who.name),
-            "projects": [] if who.operator else sorted(who.projects)})
+            "reason": str(body.get("reason") or ""), "by": who.name,
+            "projects": wanted, "all_projects": who.operator and not wanted})
     except ValidationError as exc:
         first = exc.errors()[0]
         fail(web.HTTPUnprocessableEntity,
@@ -276,7 +340,8 @@ async def alerts_loop(app: web.Application) -> Any:
         return
     backend = app[BACKEND]
     alerts = AlertStore(backend.store)
-    deliverer = Deliverer(alerts, Secrets(settings.home), settings)
+    deliverer = Deliverer(alerts, Secrets(settings.home, env_prefix=settings.channel_env_prefix),
+                          settings)
     senders = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alerts")
 
     cursor: list[datetime | None] = [None]  # the first pass decides over every log
@@ -287,8 +352,11 @@ async def alerts_loop(app: web.Application) -> Any:
         cursor[0] = now - timedelta(seconds=settings.alerts_interval_s + 5)  # overlap
         jobs, cancelled = await backend.call(deliverer.prepare, now)
         loop = asyncio.get_running_loop()
-        sent = await loop.run_in_executor(senders, deliverer.deliver, jobs, now)
-        await backend.call(deliverer.finish, sent, cancelled, now)
+        sent: list[Any] = []  # filled as each send ends: recorded even if the pass stops
+        try:
+            await loop.run_in_executor(senders, deliverer.deliver, jobs, now, sent)
+        finally:
+            await backend.call(deliverer.finish, list(sent), cancelled, now)
 
     async def run() -> None:
         while True:

@@ -132,14 +132,37 @@ def merge_rules(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, An
     return merged
 
 
+class ScenarioError(ValueError):
+    """A scenario file that is not one; the message names the file and the key."""
+
+
 def load(path: Path) -> Scenario:
-    return load_document(yaml.safe_load(path.read_text()), path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: not YAML: {exc}") from None
+    return load_document(data, path)
 
 
-def load_document(data: dict[str, Any], path: Path | None = None) -> Scenario:
+def load_document(data: Any, path: Path | None = None) -> Scenario:
+    where = f"{path}: " if path else ""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{where}a scenario is a mapping (name, events, expect)")
+    if not isinstance(data.get("name"), str) or not data["name"].strip():
+        raise ScenarioError(f"{where}name: required (a non-empty string)")
+    for key, kind in (("events", list), ("expect", dict)):
+        if key in data and not isinstance(data[key], kind):
+            raise ScenarioError(f"{where}{key}: must be a {'list' if kind is list else 'mapping'}")
+    if any(not isinstance(r, dict) for r in data.get("events") or []):
+        raise ScenarioError(f"{where}events: each event is a mapping")
     start = parse_time(data.get("start", "2026-11-30T09:00:00Z"))
     project = data.get("project", "llm-pretrain")
-    events = [_event(r, start, project) for r in data.get("events", [])]
+    events = []
+    for n, record in enumerate(data.get("events") or []):
+        try:
+            events.append(_event(record, start, project))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ScenarioError(f"{where}events[{n}]: {exc}") from None
     return Scenario(data["name"], data.get("story", ""), data.get("source", ""), start, events,
                     data.get("expect", {}), _rules(data.get("rules")), path, data)
 

@@ -68,9 +68,11 @@ class IncidentTables:
 
     def followups(self, projects: Sequence[str] | None, *, team: str = "",
                   overdue_on: str = "", status: str = "") -> list[dict[str, Any]]:
-        """Follow-up actions across incidents, bound to the caller's projects (an action
-        shows when its incident touches them or it was added by them); `overdue_on` (an ISO
-        date) keeps those still open and due before it."""
+        """Follow-up actions across incidents, bound to the caller's projects as the
+        incident view binds them (`jobtrail.views.incident.detail`): an action added by a
+        project shows to that project only; one added by nobody's project (the processors'
+        proposals, an operator's) shows to every project the incident touches. `overdue_on`
+        (an ISO date) keeps those still open and due before it."""
         return self._dicts(
             "SELECT a.incident_id AS incident_id, a.action_id AS action_id, a.title AS title, "
             "a.owner AS owner, a.status AS status, a.due AS due, a.kind AS kind, "
@@ -79,8 +81,8 @@ class IncidentTables:
             "FROM (SELECT * FROM actions FINAL) AS a "
             "INNER JOIN (SELECT incident_id, severity, class, entity, projects FROM incidents "
             "FINAL) AS i ON a.incident_id = i.incident_id "
-            "WHERE ({all:Bool} OR hasAny(i.projects, {projects:Array(String)}) "
-            "OR hasAny(a.projects, {projects:Array(String)})) "
+            "WHERE ({all:Bool} OR (empty(a.projects) AND hasAny(i.projects, "
+            "{projects:Array(String)})) OR hasAny(a.projects, {projects:Array(String)})) "
             "AND ({team:String} = '' OR a.owner = {team:String}) "
             "AND ({status:String} = '' OR a.status = {status:String}) "
             "AND ({overdue:String} = '' OR (a.status IN ('open', 'proposed') AND a.due != '' "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from dataclasses import asdict
 from datetime import date
 from typing import Any
@@ -29,6 +30,36 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'se
 _MD = MarkdownIt("js-default").enable("table")
 _TAGS = {"h1", "h2", "h3", "h4", "p", "em", "strong", "code", "pre", "ul", "ol", "li", "table",
          "thead", "tbody", "tr", "th", "td", "a", "blockquote", "hr", "br", "del"}
+
+
+def _spelled(word: str) -> str:
+    """A regex for `word` as a Markdown or HTML reader may decode it: any case, a
+    character as an entity (`&#106;`, `&#x6A;`), a backslash escape, and tabs, newlines or
+    other control characters in between (browsers drop them from a scheme)."""
+    gap = r"(?:[\x00-\x20\\]|&(?:tab|newline);)*"
+    parts = []
+    for ch in word:
+        code = ord(ch.lower())
+        alts = [re.escape(ch.lower()), re.escape(ch.upper()), f"&#0*{code};?",
+                f"&#[xX]0*{code:x};?", f"&#[xX]0*{code:X};?"]
+        parts.append("(?:" + "|".join(alts) + ")")
+    return gap.join(parts)
+
+
+_COLON = r"(?:[\x00-\x20]|&(?:tab|newline);)*(?::|&#0*58;?|&#[xX]0*3[aA];?|&colon;)"
+_UNSAFE_LINK = re.compile(
+    r"(?P<lead>\]\s*\(\s*<?|^\s{0,3}\[[^\]\n]+\]:\s*<?|<|"
+    r"\b(?:href|src|action|formaction|xlink:href|data|poster|background)\s*=\s*[\"']?)"
+    r"(?P<scheme>(?:" + "|".join(_spelled(w) for w in ("javascript", "vbscript", "data"))
+    + r")" + _COLON + r")", re.MULTILINE)
+
+
+def neutralise_links(markdown: str) -> str:
+    """Make every `javascript:`, `vbscript:` and `data:` link target inert in a Markdown
+    export (inline links and images, reference definitions, autolinks, raw HTML
+    attributes), however its scheme is spelled: the target is prefixed with `unsafe:`, a
+    scheme no reader runs, so the text stays readable and nothing is lost."""
+    return _UNSAFE_LINK.sub(lambda m: m["lead"] + "unsafe:" + m["scheme"], markdown)
 
 
 def state(log: list[IncidentEvent]) -> Incident | None:
@@ -67,7 +98,7 @@ def document(inc: Incident, today: date | None = None) -> dict[str, Any]:
 
 def export(inc: Incident, fmt: str, today: date | None = None) -> str:
     if fmt == "md":
-        return draft.markdown(inc)
+        return neutralise_links(draft.markdown(inc))
     if fmt == "json":
         return json.dumps(document(inc, today), indent=2, sort_keys=True, default=str) + "\n"
     if fmt == "html":

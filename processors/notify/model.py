@@ -14,11 +14,13 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, time
+from datetime import datetime, time, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ingest.redact import redact_text
 
 TRANSITIONS = ("opened", "cause_changed", "severity_raised", "owner_changed", "mitigated",
                "recovery_verified", "recovery_failed", "resolved", "reopened",
@@ -48,6 +50,11 @@ class Matcher(BaseModel):
     label: str
     op: Literal["=", "!=", "=~", "!~"]
     value: str
+
+    @field_validator("value")
+    @classmethod
+    def _redacted(cls, v: str) -> str:
+        return redact_text(v)  # a value is stored and listed: never a credential
 
     @field_validator("label")
     @classmethod
@@ -135,6 +142,11 @@ class Channel(BaseModel):
     secret: str = ""
     hint: str = ""
 
+    @field_validator("hint")
+    @classmethod
+    def _redacted(cls, v: str) -> str:
+        return redact_text(v)
+
     @model_validator(mode="after")
     def _refs(self) -> Channel:
         if self.kind == "email":
@@ -177,6 +189,14 @@ class Subscription(BaseModel):
     enabled: bool = True
     disabled_reason: str = ""
     version: int = 1
+    created_by: str = ""
+    """The principal that made it (HTTP); only it, or an operator, may replace or delete
+    it. '' for an operator's (the CLI's)."""
+
+    @field_validator("name", "owner", "disabled_reason")
+    @classmethod
+    def _redacted(cls, v: str) -> str:
+        return redact_text(v)  # stored and listed: the same redaction as events
 
     @field_validator("timezone")
     @classmethod
@@ -202,8 +222,11 @@ class Subscription(BaseModel):
         return ZoneInfo(self.timezone)
 
 
-def subscription_id(owner: str, name: str) -> str:
-    return "sub-" + hashlib.sha256(f"{owner}\x00{name}".encode()).hexdigest()[:12]
+def subscription_id(owner: str, name: str, creator: str = "") -> str:
+    """An operator's subscription is named by (owner, name); a token's also by who made it,
+    so one caller never names (and replaces) another's."""
+    key = f"{owner}\x00{name}" + (f"\x00{creator}" if creator else "")
+    return "sub-" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 class Silence(BaseModel):
@@ -217,7 +240,17 @@ class Silence(BaseModel):
     ends: datetime
     reason: str = Field(min_length=1)
     by: str = ""
+    """Who made it: the caller's principal (HTTP), or the CLI's --by, redacted there."""
     projects: tuple[str, ...] = ()
+    """The incidents' projects it covers; () covers none (a silence made before this rule
+    with () is inert)."""
+    all_projects: bool = False
+    """Covers every project: only an operator's silence (the CLI, an operator token)."""
+
+    @field_validator("reason")
+    @classmethod
+    def _redacted(cls, v: str) -> str:
+        return redact_text(v)
 
     @model_validator(mode="after")
     def _order(self) -> Silence:
@@ -228,7 +261,8 @@ class Silence(BaseModel):
     def covers(self, labels: Mapping[str, Sequence[str]], at: datetime) -> bool:
         if not self.starts <= at < self.ends:
             return False
-        if self.projects and not set(labels.get("project") or ()) & set(self.projects):
+        if not self.all_projects and not set(labels.get("project") or ()) & set(
+                self.projects):
             return False
         return all(m.matches(labels) for m in self.matchers)
 
@@ -260,3 +294,17 @@ class Decision:
 def decision_id(subscription: str, incident: str, key: str) -> str:
     return "ntf-" + hashlib.sha256(f"{subscription}\x00{incident}\x00{key}".encode()) \
         .hexdigest()[:20]
+
+
+MAX_SILENCE_S = 366 * 86400
+
+
+def silence_length(seconds: float) -> timedelta:
+    """A silence's length, checked: positive and at most a year (a longer one is a
+    subscription to delete, not a silence)."""
+    if not seconds == seconds or seconds <= 0:  # NaN too
+        raise ValueError("a silence must last a positive time")
+    if seconds > MAX_SILENCE_S:
+        raise ValueError(f"a silence lasts at most {MAX_SILENCE_S // 86400} days; delete or "
+                         "disable the subscription instead")
+    return timedelta(seconds=seconds)

@@ -63,7 +63,8 @@ def _decisions(home: Path, env: dict[str, str]) -> list[tuple[object, ...]]:
     for name, owner, match in (("fabric", "team:network", "team=network"),
                                ("everything", "ops", "severity=~sev.*")):
         subprocess.run([*JOBTRAIL, "--home", str(home), "subscribe", name, "--owner", owner,
-                        "--match", match, "--channel", "slack", "--url-env", "HOOK"],
+                        "--match", match, "--channel", "slack", "--url-env",
+                         "JOBTRAIL_CHANNEL_HOOK"],
                        capture_output=True, text=True, timeout=120, check=True, env=env)
     subprocess.run([*JOBTRAIL, "--home", str(home), "notify", "--once", "--decide-only"],
                    capture_output=True, text=True, timeout=120, check=True, env=env)
