@@ -12,7 +12,8 @@ from grafana_foundation_sdk.builders import dashboard as dash
 from dashboards.clickhouse import TABLE, TIME_SERIES
 from dashboards.common import FLEET_UID, INCIDENT_UID, link, panel
 
-_OPENED = "$__timeFilter_ms(opened_at)"
+# recovery drills (jobtrail drill run) are not failures of the fleet
+_OPENED = "$__timeFilter_ms(opened_at) AND NOT has(flags, 'drill')"
 
 BY_CLASS = f"""
 SELECT $__timeInterval_ms(opened_at) AS time, class, count() AS incidents
@@ -49,6 +50,7 @@ FROM (
          AS seconds
   FROM incident_jobs FINAL
   WHERE verified_at IS NOT NULL AND $__timeFilter_ms(failed_at)
+    AND incident_id NOT IN (SELECT incident_id FROM incidents FINAL WHERE has(flags, 'drill'))
 )
 GROUP BY phase ORDER BY phase
 """

@@ -342,6 +342,7 @@ def _register() -> None:
         alerts,
         collect,
         dev,
+        drill,
         grafana,
         incidents,
         ingest,
@@ -363,6 +364,7 @@ def _register() -> None:
     main.add_command(collect.collect)
     for command in alerts.COMMANDS:
         main.add_command(command)
+    main.add_command(drill.drill)
 
 
 _register()

@@ -166,6 +166,12 @@ class Book:
             entity=event.entity or event.node or "", why=why, role=role, project=event.project,
             job_id=event.job_id or "", attempt=attempt[2] if attempt else event.attempt),
             event.time, rule, event.id)
+        drill = event.attributes.get("drill")
+        if drill and "drill" not in self.incidents[inc_id].flags:
+            # a recovery drill's fault (jobtrail drill run): recorded as one, pages nobody,
+            # left out of the fleet's reliability figures
+            self.emit(inc_id, ev.SignalAdded(flag="drill", detail=f"recovery drill {drill}"),
+                      event.time, rule, "drill")
 
     def record(self, event: IncidentEvent) -> None:
         inc = apply(self.incidents.get(event.incident_id), event)
