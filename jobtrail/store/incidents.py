@@ -167,6 +167,17 @@ class IncidentTables:
             entry["data"] = json.loads(entry["data"])
         return detail(out, projects)
 
+    def incident_clusters(self) -> dict[str, str]:
+        """Every incident's cluster (as `incident_cluster`), for a restore that rebuilds one
+        pipeline per cluster."""
+        result = self._q(
+            "SELECT incident_id, min(cluster) FROM (SELECT e.incident_id AS incident_id, "
+            "e.event_id AS event_id FROM incident_evidence AS e UNION ALL SELECT incident_id, "
+            "JSONExtractString(data, 'first_event') FROM incident_log WHERE kind = 'opened') "
+            "AS refs INNER JOIN event_ids AS ids ON ids.id = refs.event_id "
+            "GROUP BY incident_id")
+        return {str(r[0]): str(r[1]) for r in result.result_rows}
+
     def incident_cluster(self, incident_id: str) -> str | None:
         """The cluster whose events an incident was decided from (commands are keyed by it),
         or None when none of its events is stored."""
