@@ -346,6 +346,7 @@ def _register() -> None:
         incidents,
         ingest,
         postmortem,
+        report,
         topology,
     )
 
@@ -361,6 +362,7 @@ def _register() -> None:
     main.add_command(postmortem.scenario)
     main.add_command(topology.topology)
     main.add_command(collect.collect)
+    main.add_command(report.report)
     for command in alerts.COMMANDS:
         main.add_command(command)
 

@@ -14,7 +14,8 @@ Six classes, each a number of days (`JOBTRAIL_RETENTION_<CLASS>_DAYS`, 0 = kept 
 A TTL expression sees only its own row, so the incident family cannot use "closed N days
 ago" directly: its TTL is `recorded_at + incidents days` (a row younger than the retention
 never goes) with `DELETE WHERE incident_id NOT IN (the incidents still kept)`, a subquery on
-`incidents FINAL` that ClickHouse evaluates at merge time. Kept are incidents not closed,
+`incident_retention FINAL` (status, closed_at and postmortem status of each incident,
+written beside `incidents`: a TTL may not read its own table) evaluated at merge time. Kept are incidents not closed,
 closed within the retention, with a postmortem in progress (the hold: drafted, in review or
 approved but not published, however old), or with a published postmortem within the
 postmortems retention. So an incident and its log, evidence, jobs and actions go together,
@@ -95,17 +96,20 @@ class RetentionPolicy:
         return asdict(self)
 
 
-def kept_incidents(policy: RetentionPolicy, database: str) -> str:
-    """The subquery of incident ids the policy still keeps (see the module docstring)."""
+def kept_incidents(policy: RetentionPolicy, database: str, cluster: str = "") -> str:
+    """The subquery of incident ids the policy still keeps (see the module docstring): from
+    `incident_retention`, on a cluster the shard's own (sharded by incident like the rest)."""
     closed = "closed_at > now64(3) - INTERVAL {d} DAY"
     published = ("postmortem_status = 'published'" if not policy.postmortems else
                  f"(postmortem_status = 'published' AND {closed.format(d=policy.postmortems)})")
-    return (f"SELECT incident_id FROM {database}.incidents FINAL WHERE status != 'closed' "
+    table = "incident_retention_local" if cluster else "incident_retention"
+    return (f"SELECT incident_id FROM {database}.{table} FINAL WHERE status != 'closed' "
             f"OR closed_at IS NULL OR {closed.format(d=policy.incidents)} OR {_HELD} "
             f"OR {published}")
 
 
-def ttl_clauses(policy: RetentionPolicy, database: str) -> dict[str, str | None]:
+def ttl_clauses(policy: RetentionPolicy, database: str,
+                cluster: str = "") -> dict[str, str | None]:
     """Each governed table's TTL clause (`None`: no TTL) under the policy."""
     out: dict[str, str | None] = {}
     for table, (klass, when, guard) in _PLAIN.items():
@@ -114,7 +118,7 @@ def ttl_clauses(policy: RetentionPolicy, database: str) -> dict[str, str | None]
                                                           else "")) if days else None
     for table in INCIDENT_TABLES:
         out[table] = (f"toDateTime(recorded_at) + INTERVAL {policy.incidents} DAY DELETE "
-                      f"WHERE incident_id NOT IN ({kept_incidents(policy, database)})"
+                      f"WHERE incident_id NOT IN ({kept_incidents(policy, database, cluster)})"
                       if policy.incidents else None)
     return out
 
@@ -129,7 +133,7 @@ def retention_statements(policy: RetentionPolicy, *, database: str, cluster: str
             raise ValueError(f"{name!r} is not a plain identifier")
     current = has_ttl if has_ttl is not None else {t: t in _ORIGINAL for t in _ttl_tables()}
     out = []
-    for table, clause in ttl_clauses(policy, database).items():
+    for table, clause in ttl_clauses(policy, database, cluster).items():
         target = f"{database}.{table}_local ON CLUSTER {cluster}" if cluster else \
             f"{database}.{table}"
         if clause is not None:

@@ -70,6 +70,10 @@ def _fixture(store: Store) -> None:
                                "closed_at": None if c is None else _ago(c),
                                "postmortem_status": pm, "recorded_at": old}
                               for i, v, s, c, pm in incidents])
+    _put(store, "incident_retention", [{"incident_id": i, "version": v, "status": s,
+                                        "closed_at": None if c is None else _ago(c),
+                                        "postmortem_status": pm}
+                                       for i, v, s, c, pm in incidents])
     ids = sorted({i for i, *_ in incidents})
     _put(store, "incident_log", [{"id": f"{i}/1", "incident_id": i, "time": old,
                                   "recorded_at": old} for i in ids]

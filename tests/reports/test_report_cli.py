@@ -1,0 +1,39 @@
+"""`jobtrail report` on the sample scenario, run as a user would (a subprocess per command)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from jobtrail.learn import sample
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(home: Path, *args: str, stdin: str | None = None,
+         env: dict[str, str] | None = None) -> str:
+    done = subprocess.run([sys.executable, "-m", "jobtrail.cli", "--home", str(home), *args],
+                          capture_output=True, text=True, input=stdin, timeout=300,
+                          cwd=ROOT, env={**os.environ, **(env or {})})
+    assert done.returncode == 0, (args, done.stderr[-300:])
+    return done.stdout
+
+
+def test_reports_on_the_sample(tmp_path: Path) -> None:
+    topo = tmp_path / "topology.yaml"
+    topo.write_text(yaml.safe_dump(sample.topology()))
+    env = {"JOBTRAIL_TOPOLOGY": str(topo), "JOBTRAIL_RETENTION_INCIDENTS_DAYS": "400"}
+    home = tmp_path / "home"
+    _run(home, "ingest", "-", stdin=_run(home, "sample-events"), env=env)
+    good = _run(home, "report", "goodput", "job-7b-001", "--project", "llm-pretrain", env=env)
+    assert "Wall time 5610 s, ETTR 0.7415, failures 1." in good
+    out = tmp_path / "capacity.md"
+    _run(home, "report", "capacity", "--project", "llm-pretrain", "--since",
+         "2026-11-30T00:00:00Z", "--until", "2026-12-01T00:00:00Z", "--out", str(out), env=env)
+    print(out.read_text())
+    text = _run(home, "report", "retention", env=env)
+    assert "incidents: 400 days" in text and "raw_events: kept forever" in text
