@@ -11,7 +11,8 @@ inside the interval, in this order:
 2. `capacity`: fewer free GPUs in total than the job asks for;
 3. `topology`: the shape fits across the cluster but not under one leaf, as the job requires;
 4. `fragmentation`: enough free GPUs in total, scattered so that the shape fits nowhere;
-5. `priority`: it fits (the scheduler held the GPUs for a job ahead of it).
+5. `other`: it fits as far as the events tell (the scheduler knew of something they do not:
+   a reservation, a node outside the topology file).
 
 Fragmentation is measured for the job's shape: 1 - (free GPUs on nodes with at least
 `per_node` free, counted in whole `per_node` slots) / (free GPUs). Waiting GPU-hours are the
@@ -139,14 +140,15 @@ class Cluster:
         up, down, outages = self.free(at)
         now = fit(up, w.per_node, w.nodes)
         if down and not self._fits(w, up) and self._fits(w, {**up, **down}):
-            return "nodes_down", now, sorted({o.incident_id for o in outages if o.incident_id})
+            cited = {i for o in outages if o.node in down for i in o.incident_id.split(",") if i}
+            return "nodes_down", now, sorted(cited)
         if now.free < w.gpus:
             return "capacity", now, []
         if not now.fits:
             return "fragmentation", now, []
         if not self._fits(w, up):
             return "topology", now, []
-        return "priority", now, []
+        return "other", now, []
 
     def _fits(self, w: Wait, free: Mapping[str, int]) -> bool:
         if not w.one_leaf:

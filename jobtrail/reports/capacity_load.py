@@ -4,8 +4,8 @@ Waits are the caller's projects' only (`job_attempts`: each pending reason from 
 the next reason or the start, clipped to the window). The cluster state behind them is the
 whole fleet's (allocations of every project, node outages): it is used to decide causes and
 never shown row by row. An outage runs from `node.drained` / `node.not_ready` to
-`node.ready` and cites the incidents opened on that node within an hour before it and ten
-minutes after. A job's shape is its GPUs over its nodes once started, else whole nodes
+`node.ready` and cites the incidents with evidence on that node from an hour before it to
+ten minutes after. A job's shape is its GPUs over its nodes once started, else whole nodes
 (`min(gpus, GPUs per node)`); a one-leaf constraint is not known from the events yet.
 """
 
@@ -17,7 +17,6 @@ from typing import Any
 
 from jobtrail.reports.capacity import Allocation, Cluster, Node, Outage, Wait
 from schemas.topology import TopologyFile
-
 
 
 def nodes_of(topology: TopologyFile) -> dict[str, Node]:
@@ -62,8 +61,8 @@ def _outages(store: Any, since: datetime, until: datetime) -> list[Outage]:
         "('node.drained', 'node.not_ready', 'node.ready') "
         "AND time < {hi:DateTime64(3, 'UTC')} ORDER BY time, id", hi=until)
     incidents = store._dicts(
-        "SELECT incident_id, splitByChar('/', if(cause_entity != '', cause_entity, entity))[1] "
-        "AS node, opened_at FROM incidents FINAL WHERE opened_at IS NOT NULL")
+        "SELECT DISTINCT incident_id, splitByChar('/', entity)[1] AS node, time "
+        "FROM incident_evidence FINAL WHERE time < {hi:DateTime64(3, 'UTC')}", hi=until)
     open_: dict[str, datetime] = {}
     out: list[Outage] = []
     for e in events:
@@ -79,7 +78,7 @@ def _outages(store: Any, since: datetime, until: datetime) -> list[Outage]:
         if o.end is not None and o.end < since:
             continue
         ids = sorted(i["incident_id"] for i in incidents if i["node"] == o.node and
-                     o.start - timedelta(hours=1) <= i["opened_at"] <= o.start +
+                     o.start - timedelta(hours=1) <= i["time"] <= o.start +
                      timedelta(minutes=10))
         cited.append(Outage(o.node, o.start, o.end, ",".join(ids)))
     return cited

@@ -15,11 +15,12 @@ A TTL expression sees only its own row, so the incident family cannot use "close
 ago" directly: its TTL is `recorded_at + incidents days` (a row younger than the retention
 never goes) with `DELETE WHERE incident_id NOT IN (the incidents still kept)`, a subquery on
 `incident_retention FINAL` (status, closed_at and postmortem status of each incident,
-written beside `incidents`: a TTL may not read its own table) evaluated at merge time. Kept are incidents not closed,
-closed within the retention, with a postmortem in progress (the hold: drafted, in review or
-approved but not published, however old), or with a published postmortem within the
-postmortems retention. So an incident and its log, evidence, jobs and actions go together,
-each table at its next merge. Resolved-but-never-closed incidents are kept.
+written beside `incidents`: a TTL may not read its own table) evaluated at merge time.
+Kept are incidents not closed, closed within the retention, with a postmortem in progress
+(the hold: drafted, in review or approved but not published, however old), or with a
+published postmortem within the postmortems retention. So an incident and its log,
+evidence, jobs and actions go together, each table at its next merge. Resolved but never
+closed incidents are kept.
 
 Semantics of a replay: rows already past their TTL are dropped when ClickHouse writes or
 merges their part (at insert on some versions, at the next merge on chDB 26), so replaying

@@ -34,6 +34,14 @@ def test_reports_on_the_sample(tmp_path: Path) -> None:
     out = tmp_path / "capacity.md"
     _run(home, "report", "capacity", "--project", "llm-pretrain", "--since",
          "2026-11-30T00:00:00Z", "--until", "2026-12-01T00:00:00Z", "--out", str(out), env=env)
-    print(out.read_text())
+    report = out.read_text()
+    # attempt 1: "Resources" 08:00:05-08:06:00 with all 64 nodes free (355 s x 512 GPUs:
+    # other, 50.5), "Priority" 08:06-08:12 (51.2); attempt 2: "Resources" 08:58:20-09:01:30
+    # needing all 64 nodes while node-041 is drained (190 s x 512: nodes down, 27.0)
+    assert "Jobs waited 128.7 GPU-hours; the biggest constraint is **priority** " \
+           "(51.2 GPU-hours, 40%)." in report
+    assert "| gpu-large | llm-pretrain | 0.0 | 0.0 | 0.0 | 0.0 | 51.2 | 27.0 | 0.0 | 50.5 |" \
+        in report
+    assert "Nodes down behind the waits: incidents inc-3d87dc18a9775365." in report
     text = _run(home, "report", "retention", env=env)
     assert "incidents: 400 days" in text and "raw_events: kept forever" in text
