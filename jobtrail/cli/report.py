@@ -1,7 +1,8 @@
 """`jobtrail report`: continuous-operation reports (issue 33), as Markdown.
 
 `capacity` (why jobs waited, per queue, project and cause), `goodput JOB` (where a job's
-wall time went), `retention` (the policy in force; `--materialize` applies it to old parts).
+wall time went), `changes` (what each change touched and whether it regressed),
+`retention` (the policy in force; `--materialize` applies it to old parts).
 Every report is bound to the projects given (`--project`, repeatable).
 """
 
@@ -17,7 +18,7 @@ from jobtrail.cli.common import _parse_when, _settings, _store
 
 @click.group("report")
 def report() -> None:
-    """Continuous-operation reports: capacity, goodput, retention."""
+    """Continuous-operation reports: capacity, goodput, changes, retention."""
 
 
 def _write(text: str, out: Path | None) -> None:
@@ -70,6 +71,27 @@ def goodput(ctx: click.Context, job: str, project: str, out: Path | None) -> Non
     if not g.attempts:
         raise click.ClickException(f"no started attempt of {project}/{job}")
     _write(gp.markdown(g, gp.incident_costs(store, project, job)), out)
+
+
+@report.command("changes")
+@click.option("--project", "projects", multiple=True, required=True,
+              help="A project whose attempts are compared (repeatable).")
+@click.option("--since", default=None, help="ISO time; default: 7 days before --until")
+@click.option("--until", default=None, help="ISO time; default: now")
+@click.option("--window-days", type=float, default=7.0,
+              help="How long before and after each change to compare.")
+@click.option("--out", type=click.Path(path_type=Path), default=None)
+@click.pass_context
+def changes(ctx: click.Context, projects: tuple[str, ...], since: str | None,
+            until: str | None, window_days: float, out: Path | None) -> None:
+    """Every change.* with the jobs and nodes it touched, before/after, and a verdict."""
+    from jobtrail.reports import changes as ch
+
+    hi = _parse_when(until) or datetime.now(UTC)
+    lo = _parse_when(since) or hi - timedelta(days=7)
+    reports = ch.load(_store(_settings(ctx)), list(projects), lo, hi,
+                      window=timedelta(days=window_days))
+    _write(ch.markdown(reports, title=f"Changes {lo:%Y-%m-%d} to {hi:%Y-%m-%d}"), out)
 
 
 @report.command("retention")
