@@ -93,3 +93,23 @@ def test_fail_slow_time_is_its_own_bucket() -> None:
     assert g.seconds == {"queue": 10, "restore": 10, "productive": 130, "thrown_away": 0,
                          "degraded": 50, "requeue_wait": 0}
     assert sum(g.seconds.values()) == g.wall_s == 200
+
+
+def test_the_fleet_panels_show_the_same_figures(loaded: Store) -> None:
+    from dashboards import fleet
+    from dashboards.check import expand
+
+    start, end = sample.T0 - timedelta(hours=1), sample.T0 + timedelta(hours=4)
+
+    def rows(sql: str) -> list[dict[str, object]]:
+        result = loaded.client.query(expand(sql, {}, start, end, 60))
+        return [dict(zip(result.column_names, r, strict=True)) for r in result.result_rows]
+
+    # Resources 355 s + 190 s and Priority 360 s, at 512 GPUs
+    assert {(r["queue"], r["cause"]): r["waiting_gpu_hours"] for r in rows(fleet.WAITING)} \
+        == {("gpu-large", "resources"): 77.51, ("gpu-large", "priority"): 51.2}
+    (good,) = rows(fleet.GOODPUT)
+    assert good["run_gpu_hours"] == 665.6  # 512 x (2760 + 1920) s
+    costs = goodput.incident_costs(loaded, sample.PROJECT, sample.JOB)
+    assert good["failure_gpu_hours"] == round(costs[0]["lost_gpu_hours"], 2)
+    assert rows(fleet.MTBI) == [{"node": "node-100", "incidents": 1, "mtbi_hours": 5.0}]
