@@ -3,6 +3,7 @@ incident under postmortem is held; the cluster form of every TTL parses."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,9 +24,11 @@ def _ago(days: float) -> datetime:
 
 
 def _put(store: Store, table: str, rows: list[dict[str, Any]]) -> None:
-    columns = list(rows[0])
-    store.client.insert(f"{store.database}.{table}", [[r[c] for c in columns] for r in rows],
-                        column_names=columns)
+    lines = "\n".join(json.dumps(r, default=str) for r in rows)
+    store.client.command(  # recorded_at is MATERIALIZED: backdating it needs its name
+        f"INSERT INTO {store.database}.{table} ({', '.join(rows[0])}) SETTINGS "
+        "insert_allow_materialized_columns = 1, date_time_input_format = 'best_effort' "
+        f"FORMAT JSONEachRow\n{lines}")
 
 
 def _ids(store: Store, table: str, column: str) -> list[str]:
