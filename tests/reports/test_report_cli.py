@@ -43,5 +43,9 @@ def test_reports_on_the_sample(tmp_path: Path) -> None:
     assert "| gpu-large | llm-pretrain | 0.0 | 0.0 | 0.0 | 0.0 | 51.2 | 27.0 | 0.0 | 50.5 |" \
         in report
     assert "Nodes down behind the waits: incidents inc-3d87dc18a9775365." in report
+    # the sample applies no change: the report says so with its header only
+    changes = _run(home, "report", "changes", "--project", "llm-pretrain", "--since",
+                   "2026-11-30T00:00:00Z", "--until", "2026-12-01T00:00:00Z", env=env)
+    assert changes.startswith("# Changes 2026-11-30 to 2026-12-01") and "| 20" not in changes
     text = _run(home, "report", "retention", env=env)
     assert "incidents: 400 days" in text and "raw_events: kept forever" in text
