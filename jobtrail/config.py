@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from jobtrail.identity.config import OidcConfig
 from jobtrail.identity.principal import ROLES, check_grants
-
 from jobtrail.reports.retention import RetentionPolicy
 
 if TYPE_CHECKING:
