@@ -8,17 +8,20 @@ From the job's submission to the end of its last attempt, every second is in one
   restore overhead: "until progress resumes", as the incident loss rule counts it);
 - `thrown_away`: a failed attempt's last good checkpoint -> its failure (work done, then
   lost; a hang before the failure included). No checkpoint in the attempt: all its steps;
-- `requeue_wait`: an attempt ended -> the next one started (waiting for scheduling after a
-  failure);
+- `held_wait` and `requeue_wait`: an attempt ended -> the next one started (waiting for
+  scheduling after a failure), split as the incident loss rule splits it
+  (`processors.incidents.impact.wait_split`): held while the scheduler says the restart
+  waits for resources with its allocation held, queued from a reason that says it queued
+  behind other work (priority, quota, ...) and after a preemption;
 - `degraded`: fail-slow time in work that was kept: for each interval between step events,
   what it took beyond (steps done x the attempt's median `step_time_s`);
 - `productive`: the rest of each attempt's run.
 
 So the buckets add up to the wall time exactly. ETTR (effective training time ratio) is
-productive / wall. GPU-hours multiply the attempt's GPUs by its compute buckets; the waits
-hold no GPUs (DESIGN §9: a wait counts as loss only while GPUs are held for it). A failure's
-cost is GPUs x (thrown away + the next attempt's restore): the corrected loss rule without
-held wait. Re-doing thrown-away steps after a restore is productive, not a second loss.
+productive / wall. GPU-hours multiply the attempt's GPUs by its compute buckets and its
+held wait; the initial queue and the requeue wait hold no GPUs (DESIGN §9). A failure's
+cost is GPUs x (thrown away + held wait + the next attempt's restore): the corrected loss
+rule, so it equals what the failure's incident counted (the sample's test checks it). Re-doing thrown-away steps after a restore is productive, not a second loss.
 
 The checkpoint interval that minimises the expected loss for the job's observed failure rate
 (mean time between failures M over its run time) and checkpoint cost C (median
@@ -36,9 +39,11 @@ from datetime import datetime
 from typing import Any
 
 from processors.attempts import Attempt
+from processors.incidents.impact import queued
 
-BUCKETS = ("queue", "restore", "productive", "thrown_away", "degraded", "requeue_wait")
-COMPUTE = ("restore", "productive", "thrown_away", "degraded")
+BUCKETS = ("queue", "restore", "productive", "thrown_away", "degraded", "held_wait",
+           "requeue_wait")
+COMPUTE = ("restore", "productive", "thrown_away", "degraded", "held_wait")
 FAILED = ("failed", "timeout", "preempted", "requeued", "node_fail")
 
 
@@ -91,6 +96,25 @@ def _degraded(steps: Sequence[Mapping[str, Any]], until: datetime) -> float:
     return slow
 
 
+def _wait(prev: Attempt, nxt: Attempt, ended: datetime) -> tuple[float, float]:
+    """(held, queued) seconds between two attempts, by the pending reasons in between."""
+    assert nxt.started_at is not None
+    if prev.outcome == "preempted":
+        return 0.0, _s(ended, nxt.started_at)
+    marks = sorted({(at, r) for a in (prev, nxt) for at, r in a.pending
+                    if ended < at < nxt.started_at})
+    held = queue = 0.0
+    since, queueing = ended, False
+    for at, reason in marks:
+        if queueing:
+            queue += _s(since, at)
+        else:
+            held += _s(since, at)
+        since, queueing = at, queued(reason)
+    rest = _s(since, nxt.started_at)
+    return (held, queue + rest) if queueing else (held + rest, queue)
+
+
 def split(project: str, job_id: str, attempts: Sequence[Attempt],
           timeline: Sequence[Mapping[str, Any]]) -> JobGoodput:
     """The job's goodput split from its attempts and its timeline rows (time, attempt, type,
@@ -111,7 +135,7 @@ def split(project: str, job_id: str, attempts: Sequence[Attempt],
                                   default=a.started_at)
         b = dict.fromkeys(BUCKETS, 0.0)
         if i and end is not None:
-            b["requeue_wait"] = _s(end, a.started_at)
+            b["held_wait"], b["requeue_wait"] = _wait(ran[i - 1], a, end)
         steps = sorted((r for r in _of(timeline, a.attempt, "job.step")
                         if a.started_at <= r["time"] <= ended), key=lambda r: r["time"])
         resumed = steps[0]["time"] if steps else ended
@@ -137,7 +161,8 @@ def split(project: str, job_id: str, attempts: Sequence[Attempt],
         end = ended
     for i, g in enumerate(out):  # a failure costs its thrown work and the next restore
         if g.outcome in FAILED:
-            nxt = out[i + 1].seconds["restore"] if i + 1 < len(out) else 0.0
+            nxt = (out[i + 1].seconds["restore"] + out[i + 1].seconds["held_wait"]
+                   if i + 1 < len(out) else 0.0)
             out[i] = AttemptGoodput(g.attempt, g.gpus, g.outcome, g.seconds,
                                     round(g.gpus * (g.seconds["thrown_away"] + nxt) / 3600, 6))
     origin = submitted or first

@@ -42,14 +42,16 @@ def test_the_split_adds_up_to_the_wall_time(loaded: Store) -> None:
         "productive": 4160,    # 2760 - 60 - 340 in attempt 1; 1920 - 120 in attempt 2
         "thrown_away": 340,    # checkpoint 2000 saved 08:52:20 -> failed 08:58:00
         "degraded": 0,         # every step at its 1.2 s median
-        "requeue_wait": 210,   # 08:58:00 -> attempt 2 started 09:01:30
+        "held_wait": 210,      # 08:58:00 -> attempt 2 started 09:01:30, pending on
+        "requeue_wait": 0,     # "Resources": a restart waiting with its allocation held
     }
     assert sum(g.seconds.values()) == g.wall_s
     assert g.ettr == pytest.approx(4160 / 5610)
     assert g.gpu_hours["productive"] == pytest.approx(512 * 4160 / 3600, abs=1e-6)
     one, two = g.attempts
     assert (one.outcome, two.outcome) == ("failed", "completed")
-    assert one.failure_cost_gpu_hours == pytest.approx(512 * (340 + 120) / 3600, abs=1e-6)
+    assert one.failure_cost_gpu_hours == pytest.approx(512 * (340 + 210 + 120) / 3600,
+                                                       abs=1e-6)  # 95.289
     assert two.failure_cost_gpu_hours == 0
     # one failure in 2760 + 1920 s of run; saves every 600 s costing 41.5 s each
     assert (g.failures, g.mtbf_s, g.checkpoint_cost_s, g.checkpoint_interval_s) == \
@@ -58,6 +60,8 @@ def test_the_split_adds_up_to_the_wall_time(loaded: Store) -> None:
     assert g.daly_interval_s == pytest.approx((2 * 41.5 * 4680) ** 0.5 - 41.5)
     costs = goodput.incident_costs(loaded, sample.PROJECT, sample.JOB)
     assert [(c["attempt"], c["role"]) for c in costs] == [(1, "failed")]
+    # the same loss the incident counted (the corrected rule: rework + held wait + restore)
+    assert costs[0]["lost_gpu_hours"] == pytest.approx(one.failure_cost_gpu_hours, abs=1e-5)
     text = goodput.markdown(g, costs)
     assert "| thrown_away | 340.0 | 6.06% | 48.356 |" in text
     assert "Young's interval is 623 s, Daly's 582 s" in text
@@ -91,7 +95,7 @@ def test_fail_slow_time_is_its_own_bucket() -> None:
     rows = [step(10, 20), step(60, 70), step(110, 170, 3.0), step(160, 200)]
     g = goodput.split("p", "j", [a], rows)
     assert g.seconds == {"queue": 10, "restore": 10, "productive": 130, "thrown_away": 0,
-                         "degraded": 50, "requeue_wait": 0}
+                         "degraded": 50, "held_wait": 0, "requeue_wait": 0}
     assert sum(g.seconds.values()) == g.wall_s == 200
 
 
