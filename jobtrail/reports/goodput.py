@@ -21,7 +21,8 @@ So the buckets add up to the wall time exactly. ETTR (effective training time ra
 productive / wall. GPU-hours multiply the attempt's GPUs by its compute buckets and its
 held wait; the initial queue and the requeue wait hold no GPUs (DESIGN §9). A failure's
 cost is GPUs x (thrown away + held wait + the next attempt's restore): the corrected loss
-rule, so it equals what the failure's incident counted (the sample's test checks it). Re-doing thrown-away steps after a restore is productive, not a second loss.
+rule, so it equals what the failure's incident counted (the sample's test checks it).
+Re-doing thrown-away steps after a restore is productive, not a second loss.
 
 The checkpoint interval that minimises the expected loss for the job's observed failure rate
 (mean time between failures M over its run time) and checkpoint cost C (median
