@@ -347,6 +347,7 @@ def _register() -> None:
         incidents,
         ingest,
         postmortem,
+        report,
         topology,
     )
 
@@ -362,6 +363,7 @@ def _register() -> None:
     main.add_command(postmortem.scenario)
     main.add_command(topology.topology)
     main.add_command(collect.collect)
+    main.add_command(report.report)
     for command in alerts.COMMANDS:
         main.add_command(command)
     main.add_command(drill.drill)

@@ -16,6 +16,9 @@ from pydantic_core import to_json
 
 from processors.incidents.model import Incident, IncidentEvent
 
+RETENTION_COLUMNS = ("incident_id", "version", "status", "closed_at", "postmortem_status")
+"""The columns of `incidents` copied to `incident_retention` (jobtrail.reports.retention)."""
+
 INCIDENT_LIST = ("incident_id, status, severity, class, entity, owner, title, opened_at, "
                  "resolved_at, impacted_jobs, impacted_gpus, lost_gpu_hours, recovery, "
                  "projects, confidence")
@@ -43,6 +46,9 @@ class IncidentTables:
         changes = list(log) if log else None
         for table, rows in projection_rows(list(states), changes).items():
             self._insert_json(table, [to_json(r) for r in rows], token)
+            if table == "incidents":  # what the retention TTLs ask (0020_retention.sql)
+                self._insert_json("incident_retention", [to_json(
+                    {k: r[k] for k in RETENTION_COLUMNS}) for r in rows], token)
 
     def load_incident_log(self) -> list[IncidentEvent]:
         return self._log_events(self._dicts(
