@@ -104,6 +104,15 @@ def changes(log: Sequence[IncidentEvent], projects: Sequence[str] = (),
         elif kind == "severity_changed" and SEVERITY_RANK.get(inc.severity, 9) < \
                 SEVERITY_RANK.get(old[3], 9):
             found.append(("severity_raised", f"severity-{event.seq}"))
+        elif kind == "diagnosis_revised":
+            # late evidence revised the diagnosis (arrival order): the same transitions people
+            # hear of when a cause, an owner or a severity changes one at a time
+            if old[1] and old[0:2] != (inc.klass, inc.cause_entity):
+                found.append(("cause_changed", f"cause-{event.seq}"))
+            if old[2] and old[2] != inc.owner:
+                found.append(("owner_changed", f"owner-{event.seq}"))
+            if SEVERITY_RANK.get(inc.severity, 9) < SEVERITY_RANK.get(old[3], 9):
+                found.append(("severity_raised", f"severity-{event.seq}"))
         elif kind in ("mitigated", "resolved", "reopened"):
             found.append((kind, f"{kind}-{event.seq}"))
         elif kind == "recovery_verified":
