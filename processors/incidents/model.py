@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import singledispatch
 from typing import Any, Literal
 
@@ -42,7 +42,8 @@ _FROM: dict[str, tuple[str, ...]] = {
 }
 _TO = {"acknowledged": "acknowledged", "mitigated": "mitigated", "resolved": "resolved",
        "reopened": "open", "closed": "closed"}
-_AFTER_CLOSE = {"note_added", "action_updated", "action_added", "action_proposed",
+_AFTER_CLOSE = {"note_added", "time_corrected", "postmortem_amended", "action_updated",
+                "action_added", "action_proposed",
                 "postmortem_drafted", "postmortem_section_edited",
                 "postmortem_review_requested", "postmortem_changes_requested",
                 "postmortem_approved", "postmortem_published", "learning_recorded"}
@@ -106,6 +107,7 @@ class JobImpact:
     job_id: str
     attempt: int
     gpus: int = 0
+    started_at: datetime | None = None
     failed_at: datetime | None = None
     failure_step: int | None = None
     failure_step_source: str = ""  # job.failed / job.worker_exited (reported), progress
@@ -177,6 +179,26 @@ class Action:
     """Set for a proposal: the remediation rule that proposed it."""
 
 
+@dataclass(frozen=True)
+class Told:
+    """One thing people did or said, for the postmortem's human story: when it happened
+    (`at`, corrected if someone corrected it) and when it was recorded."""
+
+    event_id: str
+    kind: str
+    at: datetime
+    recorded: datetime
+    by: str
+    text: str = ""
+    corrected: bool = False
+
+
+_TOLD = {"acknowledged", "commander_assigned", "note_added", "mitigated", "paged", "resolved",
+         "reopened", "closed", "severity_changed", "owner_assigned", "action_added",
+         "action_updated"}
+"""The kinds a person's event joins the story with (a processor's only when it pages)."""
+
+
 RECOVERY_STAGES = ("awaiting_restart", "restarted", "restored", "progress_resumed", "verified")
 
 
@@ -229,6 +251,10 @@ class Incident:
     charged_gpu_hours: float = 0.0  # loss charged here by other incidents (checkpoints)
     linked: tuple[str, ...] = ()  # incidents a standing incident links
     pm: Postmortem = field(default_factory=Postmortem)
+    story: dict[str, Told] = field(default_factory=dict)
+    """event id -> what people did, in log order (`TimeCorrected` moves its `at`)."""
+    stamps: dict[str, str] = field(default_factory=dict)
+    """lifecycle stamp (acknowledged_at, ...) -> the event that set it (for corrections)."""
     people: set[str] = field(default_factory=set)  # the persons in the log (blameless check)
     flags: set[str] = field(default_factory=set)  # repeat, no_restart, duplicate_run, ...
     commands: set[str] = field(default_factory=set)
@@ -285,7 +311,35 @@ def apply(state: Incident | None, event: IncidentEvent) -> Incident:
     except (KeyError, ValidationError):
         return inc
     _evolve(payload, inc, event)
+    if event.kind in _TOLD and (event.actor.kind != "processor" or event.kind == "paged"):
+        inc.story[event.id] = Told(event.id, event.kind, happened(payload, event), event.time,
+                                   event.actor.name, _told_text(payload))
     return inc
+
+
+def happened(payload: Payload, event: IncidentEvent) -> datetime:
+    """When it happened: the time a person gave (`--at`), else when it was recorded."""
+    return payload.at or event.time
+
+
+def _told_text(p: Payload) -> str:
+    if isinstance(p, ev.NoteAdded | ev.Mitigated):
+        return p.text
+    if isinstance(p, ev.CommanderAssigned):
+        return p.person
+    if isinstance(p, ev.Paged):
+        return p.who + (f": {p.why}" if p.why else "")
+    if isinstance(p, ev.SeverityChanged):
+        return p.severity + (f": {p.why}" if p.why else "")
+    if isinstance(p, ev.OwnerAssigned):
+        return p.team + (f": {p.why}" if p.why and p.rule != "manual" else "")
+    if isinstance(p, ev.ActionAdded):
+        return f"{p.action_id} {p.title}"
+    if isinstance(p, ev.ActionUpdated):
+        return f"{p.action_id} " + ", ".join(
+            f"{k} {getattr(p, k)}" for k in ("status", "owner", "due", "tracker")
+            if getattr(p, k) is not None)
+    return ""
 
 
 @singledispatch
@@ -388,18 +442,37 @@ def _(p: ev.NoteAdded, inc: Incident, event: IncidentEvent) -> None:
     inc.notes = (*inc.notes, p.text)
 
 
-def _lifecycle(inc: Incident, kind: str, time: datetime) -> None:
+_STAMPS = {"acknowledged": "acknowledged_at", "mitigated": "mitigated_at",
+           "resolved": "resolved_at", "closed": "closed_at"}
+
+
+def _lifecycle(inc: Incident, kind: str, time: datetime, event_id: str) -> None:
     inc.status = _TO[kind]
-    stamp = {"acknowledged": "acknowledged_at", "mitigated": "mitigated_at",
-             "resolved": "resolved_at", "closed": "closed_at"}.get(kind)
+    stamp = _STAMPS.get(kind)
     if stamp:
         setattr(inc, stamp, time)
+        inc.stamps[stamp] = event_id
     if kind == "reopened":
         inc.resolved_at = inc.mitigated_at = None
+        inc.stamps.pop("resolved_at", None)
+        inc.stamps.pop("mitigated_at", None)
 
 
 for _cls in (ev.Acknowledged, ev.Mitigated, ev.Resolved, ev.Reopened, ev.Closed):
-    _evolve.register(_cls, lambda p, inc, event: _lifecycle(inc, p.KIND, event.time))
+    _evolve.register(_cls, lambda p, inc, event: _lifecycle(inc, p.KIND, happened(p, event),
+                                                            event.id))
+
+
+@_evolve.register
+def _(p: ev.TimeCorrected, inc: Incident, event: IncidentEvent) -> None:
+    if p.at is None:
+        return
+    told = inc.story.get(p.event_id)
+    if told is not None:
+        inc.story[p.event_id] = replace(told, at=p.at, corrected=True)
+    for stamp, source in inc.stamps.items():
+        if source == p.event_id:
+            setattr(inc, stamp, p.at)
 
 
 @_evolve.register
@@ -426,7 +499,7 @@ def _(p: ev.ActionUpdated, inc: Incident, event: IncidentEvent) -> None:
 
 for _pm_cls in (ev.PostmortemDrafted, ev.PostmortemSectionEdited, ev.PostmortemReviewRequested,
              ev.PostmortemChangesRequested, ev.PostmortemApproved, ev.PostmortemPublished,
-             ev.PostmortemWaived, ev.LearningRecorded):
+             ev.PostmortemAmended, ev.PostmortemWaived, ev.LearningRecorded):
     _evolve.register(_pm_cls, lambda p, inc, event: postmortem.fold(inc.pm, p, event.actor.name,
                                                                  event.time))
 
@@ -457,6 +530,12 @@ def check(state: Incident | None, payload: Payload, actor: Actor | None = None) 
     if allowed and state.status not in allowed:
         raise InvalidTransition(f"cannot go to {_TO[kind]} from {state.status} (allowed from: "
                                 f"{', '.join(allowed)})")
+    if isinstance(payload, ev.TimeCorrected):
+        if payload.at is None:
+            raise InvalidTransition("correct_time: give the time it happened (at)")
+        if payload.event_id not in state.story:
+            raise InvalidTransition(f"no event {payload.event_id!r} of a person's on "
+                                    f"{state.id} to correct (see `jobtrail incident show`)")
     if isinstance(payload, ev.SeverityChanged) and payload.severity not in SEVERITIES:
         raise InvalidTransition(f"severity must be one of {', '.join(SEVERITIES)}")
     if isinstance(payload, ev.ActionAdded | ev.ActionUpdated):
@@ -512,13 +591,15 @@ COMMANDS: dict[str, type[Payload]] = {
     "edit_postmortem": ev.PostmortemSectionEdited, "request_review": ev.PostmortemReviewRequested,
     "request_changes": ev.PostmortemChangesRequested,
     "approve_postmortem": ev.PostmortemApproved, "waive_postmortem": ev.PostmortemWaived,
-    "record_learning": ev.LearningRecorded,
+    "record_learning": ev.LearningRecorded, "page": ev.Paged, "correct_time": ev.TimeCorrected,
+    "amend_postmortem": ev.PostmortemAmended,
 }
 CommandName = Literal["ack", "assign", "commander", "note", "mitigate", "resolve", "reopen",
                       "close", "severity", "add_action", "update_action", "accept_action",
                       "dismiss_action", "draft_postmortem", "publish_postmortem",
                       "edit_postmortem", "request_review", "request_changes",
-                      "approve_postmortem", "waive_postmortem", "record_learning"]
+                      "approve_postmortem", "waive_postmortem", "record_learning", "page",
+                      "correct_time", "amend_postmortem"]
 
 
 class Command(BaseModel):
@@ -531,11 +612,21 @@ class Command(BaseModel):
     command: CommandName
     actor: Actor
     time: datetime
+    """When it is recorded (the caller's clock)."""
     data: dict[str, Any] = Field(default_factory=dict)
+    at: datetime | None = None
+    """When it happened, if not now (`--at`): kept in the payload beside the record time."""
 
     def payload(self) -> Payload:
         """The event this command asks for; InvalidTransition names a bad field."""
         data = dict(self.data)
+        if self.at is not None:
+            at = self.at if self.at.tzinfo else self.at.replace(tzinfo=UTC)
+            if at > self.time:
+                raise InvalidTransition(f"{self.command}: at: {at:%Y-%m-%d %H:%M:%SZ} is "
+                                        "after the time it is recorded: a time to come "
+                                        "cannot have happened")
+            data["at"] = at
         if self.command == "assign":
             data.setdefault("why", f"assigned by {self.actor.label()}")
             data["rule"] = "manual"
