@@ -168,6 +168,8 @@ def test_http_takes_a_sev1_postmortem_from_draft_to_published(tmp_path: Path) ->
                     command_id="edit-1").body["events"] == []  # a resent command is a no-op
         assert again.status == 200
         assert post("edit", by="ic-ana", section="lucky").status == 422
+        assert post("edit", by="ic-ana", section="contributing",
+                    text="The cable was old.").status == 200
         assert post("review", by="ic-ana", reviewers=["lead-cy"]).status == 200
         author = post("approve", by="ic-ana")
         assert author.status == 409 and "must not be an author" in author.body["error"]
@@ -226,6 +228,8 @@ def test_the_review_page_in_a_real_browser_runs_no_injected_script(tmp_path: Pat
     cli(home, "postmortem", "edit", inc, "went_badly", "--by", "ic-ana",
         "--text=<script>window.pwned=3</script><img src=x onerror=\"window.pwned=4\"> "
         "[docs](javascript:window.pwned=5) human error", env=env)
+    cli(home, "postmortem", "edit", inc, "contributing", "--by", "ic-ana",
+        "--text", "The cable was past its service life.", env=env)
     with serve(home, {**env, "JOBTRAIL_API_TOKENS": TOKENS}) as server, \
             sync_playwright() as p:
         browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])

@@ -38,7 +38,7 @@ PROMPTS = {
     "went_badly": "What slowed detection, response or recovery.",
     "lucky": "What could have gone worse and did not.",
 }
-REQUIRED = ("contributing", "went_well", "went_badly")
+REQUIRED = ("contributing",)
 """The human sections a reviewer cannot approve while they still hold their prompt."""
 LEARNINGS = ("sample", "monitor", "runbook")
 STATUSES = ("draft", "in_review", "approved", "published", "waived")
@@ -189,15 +189,15 @@ def check(pm: Postmortem, payload: ev.Payload, by: str, severity: str) -> None:
             raise PostmortemRefused(f"text: the {payload.section} section's Markdown is empty")
         if not payload.why.strip():
             raise PostmortemRefused("why: an amendment to a published postmortem says why")
+    if isinstance(payload, ev.PostmortemApproved) and by in pm.authors:
+        raise PostmortemRefused(f"{by} wrote part of this postmortem: the approver must not be "
+                                f"an author ({', '.join(sorted(pm.authors))})")
     if isinstance(payload, ev.PostmortemApproved):
         unwritten = [TITLES[n] for n in REQUIRED
                      if (s := pm.sections.get(n)) is None or s.provenance == "prompt"]
         if unwritten:
             raise PostmortemRefused(f"still to write before approval: {', '.join(unwritten)} "
                                     "(jobtrail postmortem edit)")
-    if isinstance(payload, ev.PostmortemApproved) and by in pm.authors:
-        raise PostmortemRefused(f"{by} wrote part of this postmortem: the approver must not be "
-                                f"an author ({', '.join(sorted(pm.authors))})")
     if isinstance(payload, ev.LearningRecorded):
         if payload.learning not in LEARNINGS:
             raise PostmortemRefused(f"learning must be one of {', '.join(LEARNINGS)}")
