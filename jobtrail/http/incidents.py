@@ -75,7 +75,7 @@ def _authorise(who: Principal, command: str, full: dict[str, Any],
 
 async def incident_command(request: web.Request) -> web.Response:
     """`POST /v1/incidents/{id}/commands` `{"command": "ack", "by": "alice", "command_id":
-    "...", "data": {...}}`: 200 with the events it appended (embedded), 202 queued (cluster),
+    "...", "at": "2026-11-30T10:05:00Z" (when it happened, optional), "data": {...}}`: 200 with the events it appended (embedded), 202 queued (cluster),
     403 when the caller may not, 409 with the reason when the incident's state refuses it,
     422 for a malformed command."""
     from processors.incidents.model import Actor, Command, InvalidTransition
@@ -98,7 +98,8 @@ async def incident_command(request: web.Request) -> web.Response:
                           incident_id=incident_id, command=body.get("command"),
                           actor=Actor(kind="team" if by.startswith("team:") else "person",
                                       name=by.removeprefix("team:")),
-                          time=datetime.now(UTC), data=data)
+                          time=datetime.now(UTC), data=data, at=body.get("at") or None)
+        command.payload()  # a bad field, or an `at` still to come, is a 422 here
     except (ValueError, RecursionError) as exc:
         detail = exc.errors()[0] if isinstance(exc, ValidationError) else {"msg": str(exc)}
         where = ".".join(str(x) for x in detail.get("loc", ()))
