@@ -75,7 +75,8 @@ def _authorise(who: Principal, command: str, full: dict[str, Any],
 
 async def incident_command(request: web.Request) -> web.Response:
     """`POST /v1/incidents/{id}/commands` `{"command": "ack", "by": "alice", "command_id":
-    "...", "at": "2026-11-30T10:05:00Z" (when it happened, optional), "data": {...}}`: 200 with the events it appended (embedded), 202 queued (cluster),
+    "...", "at": "2026-11-30T10:05:00Z" (when it happened, optional), "data": {...}}`:
+    200 with the events it appended (embedded), 202 queued (cluster),
     403 when the caller may not, 409 with the reason when the incident's state refuses it,
     422 for a malformed command."""
     from processors.incidents.model import Actor, Command, InvalidTransition

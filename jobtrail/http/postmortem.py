@@ -29,8 +29,10 @@ VERBS = {"draft": "draft_postmortem", "edit": "edit_postmortem", "review": "requ
          "request-changes": "request_changes", "approve": "approve_postmortem",
          "publish": "publish_postmortem", "waive": "waive_postmortem",
          "learning": "record_learning", "sample": "record_learning",
-         "monitor": "record_learning", "runbook": "record_learning"}
-FIELDS = {"draft_postmortem": ("owner",), "edit_postmortem": ("section", "text"),
+         "monitor": "record_learning", "runbook": "record_learning",
+         "amend": "amend_postmortem"}
+FIELDS = {"amend_postmortem": ("section", "text", "why"), "draft_postmortem": ("owner",),
+          "edit_postmortem": ("section", "text"),
           "request_review": ("reviewers",), "request_changes": ("comment",),
           "approve_postmortem": ("comment",), "publish_postmortem": (),
           "waive_postmortem": ("reason",), "record_learning": ("learning", "reason")}
@@ -38,7 +40,8 @@ FIELDS = {"draft_postmortem": ("owner",), "edit_postmortem": ("section", "text")
 `monitor` (body `rules`: the YAML of the rules change) and `runbook` make the artefact under
 HOME/learnings/, check it, and record it, like `jobtrail postmortem sample|monitor|runbook`."""
 MADE = ("sample", "monitor", "runbook")
-REQUIRED = {"edit": ("section", "text"), "request-changes": ("comment",),
+REQUIRED = {"edit": ("section", "text"), "amend": ("section", "text", "why"),
+            "request-changes": ("comment",),
             "waive": ("reason",), "learning": ("learning",), "monitor": ("rules",)}
 
 

@@ -187,12 +187,13 @@ def participants(inc: Incident) -> str:
     verbs = {"acknowledged": "acknowledged", "note_added": "notes", "mitigated": "mitigated",
              "resolved": "resolved", "paged": "paged others", "owner_assigned": "assigned",
              "severity_changed": "set severity", "action_added": "follow-ups",
-             "action_updated": "follow-ups", "closed": "closed", "reopened": "reopened"}
+             "action_updated": "follow-ups", "closed": "closed", "reopened": "reopened",
+             "commander_assigned": "named the commander"}
     for told in inc.story.values():
         if told.by != "detector":
             add(told.by, verbs.get(told.kind, told.kind))
         if told.kind == "paged":
-            add(told.text.split(":")[0], "paged")
+            add(told.text.split(": ")[0], "paged")
     pm = inc.pm
     add(pm.owner, "postmortem owner")
     for name in sorted(pm.authors):
@@ -228,8 +229,7 @@ def detection(inc: Incident) -> str:
 
 def resolution(inc: Incident) -> str:
     """What people did to stop the impact and fix the cause, and how the jobs recovered."""
-    lines = [f"- {when(t.at)} {esc(t.by)} {_TOLD_VERB.get(t.kind, t.kind)}"
-             + (f": {esc(t.text)}" if t.text else "")
+    lines = [f"- {when(t.at)} {esc(t.by)} {_told_line(t)}"
              for t in _told(inc) if t.kind in ("mitigated", "resolved", "reopened")
              or (t.kind == "note_added" and inc.acknowledged_at is not None)]
     done = sorted((a for a in inc.actions.values() if a.status == "done"),
@@ -355,6 +355,13 @@ _TOLD_VERB = {"acknowledged": "acknowledged", "commander_assigned": "named the c
               "action_added": "added a follow-up", "action_updated": "updated a follow-up"}
 
 
+def _told_line(t: Told) -> str:
+    verb = _TOLD_VERB.get(t.kind, t.kind)
+    if not t.text:
+        return verb
+    return f"{verb} {esc(t.text)}" if t.kind == "paged" else f"{verb}: {esc(t.text)}"
+
+
 def _told(inc: Incident) -> list[Told]:
     """People's part, in the order it happened."""
     return sorted(inc.story.values(), key=lambda t: (t.at, t.recorded, t.event_id))
@@ -408,8 +415,7 @@ def timeline(inc: Incident) -> str:
                   (j.resumed_at, f"{name} progress resumed"),
                   (j.verified_at, f"{name} recovery verified (past step {j.failure_step})")]
     lines += [(at, f"*milestone* {text}") for at, text in marks if at is not None]
-    lines += [(t.at, f"**people** {esc(t.by)} {_TOLD_VERB.get(t.kind, t.kind)}"
-               + (f": {esc(t.text)}" if t.text else "")
+    lines += [(t.at, f"**people** {esc(t.by)} {_told_line(t)}"
                + (f" (recorded {when(t.recorded)})" if t.corrected or abs(
                    (t.recorded - t.at).total_seconds()) >= 60 else ""))
               for t in _told(inc)]
@@ -517,7 +523,10 @@ def markdown(inc: Incident) -> str:
     return _ENV.get_template(TEMPLATE_PATH.name).render(
         incident_id=inc.id, title=esc(inc.title or inc.klass), pm=inc.pm,
         owner=esc(inc.pm.owner or "not named"),
-        sections=section_texts(inc), template=TEMPLATE_DIGEST)
+        sections=section_texts(inc), template=TEMPLATE_DIGEST,
+        published=when(inc.pm.published_at),
+        revisions=[{"revision": r, "by": esc(b), "at": when(t), "section": esc(s),
+                    "why": esc(w)} for r, b, t, s, w in inc.pm.revisions])
 
 
 def digest(inc: Incident) -> str:
