@@ -128,6 +128,8 @@ class Report:
     untimed: int = 0
     by_adapter: dict[str, int] = field(default_factory=dict)
     """Events per adapter (`auto` routes lines to several)."""
+    lines_by_adapter: dict[str, int] = field(default_factory=dict)
+    """Input lines each adapter took (`auto`)."""
 
     def summary(self) -> str:
         if not self.lines:
@@ -139,6 +141,11 @@ class Report:
         if self.adapter == "auto":
             taken = ", ".join(f"{k} {v}" for k, v in sorted(self.by_adapter.items()))
             out += f"; events by adapter: {taken or 'none'}"
+            lines = ", ".join(f"{k} {v}" for k, v in sorted(self.lines_by_adapter.items()))
+            out += f"; lines taken by adapter: {lines or 'none'}"
+            if self.skipped:
+                out += f"; {self.skipped} line(s) no adapter claimed, e.g. " + " | ".join(
+                    repr(x[:80]) for x in self.examples)
         if self.untimed:
             out += (f"; {self.untimed} event(s) had no time in their line and carry the time "
                     "they were read (attributes.time_source=observed: give --boot-time, --tz "
@@ -156,7 +163,9 @@ def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
 
     out = Report(adapter.name)
     seen: set[str] = set()
+    owner: dict[str, str] = {}
     for d in decoded:
+        by = adapter.name
         if isinstance(d, Event):
             if d.attributes.get("time_source") == "observed":
                 out.untimed += 1
@@ -166,7 +175,10 @@ def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
         else:
             pieces = [str(getattr(d, "payload", "") or "")]
         for piece in pieces:
-            seen.update(p.strip() for p in piece.splitlines() if p.strip())
+            for p in piece.splitlines():
+                if p.strip():
+                    seen.add(p.strip())
+                    owner.setdefault(p.strip(), by)
     if not adapter.line_oriented or _JSON_DOCUMENT.match(text):
         return out  # a document, not lines (sinfo --json; what auto routed by shape)
     for line in text.splitlines():
@@ -174,7 +186,10 @@ def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
         if not stripped:
             continue
         out.lines += 1
-        if redact_text(stripped)[:RAW_LIMIT].strip() in seen or stripped in seen:
+        redacted = redact_text(stripped)[:RAW_LIMIT].strip()
+        if redacted in seen or stripped in seen:
+            by = owner.get(stripped) or owner.get(redacted) or adapter.name
+            out.lines_by_adapter[by] = out.lines_by_adapter.get(by, 0) + 1
             continue
         out.skipped += 1
         if len(out.examples) < 3:

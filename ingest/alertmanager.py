@@ -32,6 +32,29 @@ DEFAULT_MAPPING: dict[str, dict[str, Any]] = {
                     "node": "{node}", "attributes": {"xid": "{xid}", "gpu": "{gpu}"}},
     "GPUEccErrors": {"type": "node.ecc", "scope": "gpu", "entity": "{node}/gpu{gpu}",
                      "node": "{node}", "attributes": {"gpu": "{gpu}"}},
+    # deploy/prometheus/gpu-health.rules.yml (dcgm-exporter and node exporter series)
+    "GPUDoubleBitECC": {"type": "node.ecc", "scope": "gpu", "entity": "{node}/gpu{gpu}",
+                        "node": "{node}", "attributes": {"gpu": "{gpu}", "kind": "dbe"}},
+    "GPURowRemapFailure": {"type": "node.health", "scope": "gpu", "entity": "{node}/gpu{gpu}",
+                           "node": "{node}", "attributes": {"gpu": "{gpu}", "system": "memory",
+                                                            "status": "failure",
+                                                            "detail": "row remap failure"}},
+    "GPUThermalThrottle": {"type": "node.throttled", "scope": "gpu",
+                           "entity": "{node}/gpu{gpu}", "node": "{node}",
+                           "attributes": {"gpu": "{gpu}", "reason": "thermal"}},
+    "GPUClockThrottle": {"type": "node.throttled", "scope": "gpu", "entity": "{node}/gpu{gpu}",
+                         "node": "{node}",
+                         "attributes": {"gpu": "{gpu}", "reason": "hw_slowdown"}},
+    "GPUNVLinkErrors": {"type": "node.link_degraded", "scope": "gpu",
+                        "entity": "{node}/gpu{gpu}", "node": "{node}",
+                        "attributes": {"gpu": "{gpu}", "bus": "nvlink"}},
+    "NodeFilesystemAlmostFull": {"type": "storage.capacity", "scope": "filesystem",
+                                 "entity": "{filesystem}",
+                                 "attributes": {"filesystem": "{filesystem}",
+                                                "used_pct": "{used_pct}"}},
+    "InfiniBandPortDown": {"type": "network.port_down", "resolved_type": "network.port_up",
+                           "scope": "nic", "entity": "{node}/{device}", "node": "{node}",
+                           "attributes": {"device": "{device}", "port": "{port}"}},
     "LustreOSTLatencyHigh": {"type": "storage.latency", "scope": "target",
                              "entity": "{filesystem}-{target}",
                              "attributes": {"filesystem": "{filesystem}", "target": "{target}",
@@ -84,10 +107,13 @@ def alert_record(alert: Any, i: int, payload: dict[str, Any], ctx: Context,
         time = alert["endsAt"] if resolved else alert["startsAt"]
     except KeyError as exc:
         return Reject(f"{where}.{exc.args[0]}", "missing", raw_evidence(alert))
+    # a value that changes while the alert fires belongs in an annotation (a label would make
+    # a new alert): the mapping reads both, labels first
+    values = {**{str(k): str(v) for k, v in annotations.items()}, **labels}
     try:
-        attributes = fill(entry.get("attributes", {}), labels, "attributes")
-        entity = fill(entry.get("entity", ""), labels, "entity")
-        node = fill(entry.get("node", ""), labels, "node")
+        attributes = fill(entry.get("attributes", {}), values, "attributes")
+        entity = fill(entry.get("entity", ""), values, "entity")
+        node = fill(entry.get("node", ""), values, "node")
     except ParseError as exc:
         return Reject(f"{where}.labels.{exc.field}", exc.reason, raw_evidence(alert))
     kind = entry["type"]

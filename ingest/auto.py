@@ -9,9 +9,11 @@ nobody claimed are counted and shown (`Report`).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.canonical import ParseError
 
 LINE_ORDER = ("xid", "training-log", "slurmctld", "node-log")
 """Specific before general: node-log also reads Xid lines; training-log only runs when the
@@ -24,6 +26,8 @@ def _shape(doc: Any) -> str | None:
     first = next((x for x in items if isinstance(x, dict)), None)
     if first is None:
         return None
+    if ("checkName" in first and "isHealthy" in first) or "healthEvent" in first:
+        return "node-log"  # NVSentinel health events
     if "specversion" in first:
         return "cloudevents"
     if ("alerts" in first and ("orgId" in first or ("title" in first and "state" in first))) \
@@ -36,10 +40,61 @@ def _shape(doc: Any) -> str | None:
     if isinstance(first.get("sinfo"), list):
         return "sinfo"
     kind = str(first.get("kind") or "")
+    if "EventReason" in first and "EventObject" in first:
+        return "kubernetes"  # kube-eventer's webhook body
     if first.get("apiVersion") or kind.endswith("List") or kind == "Event" or "involvedObject" \
             in first or "regarding" in first:
         return "kubernetes"
     return None
+
+
+_TOOL_HEADERS = (
+    ("sacct", ({"JobID", "State"}, {"State", "ExitCode"})),
+    ("squeue", ({"JOBID", "ST"}, {"JOBID", "STATE"})),
+    ("sinfo", ({"NODELIST", "STATE"}, {"REASON", "NODELIST"})),
+)
+
+
+def _text_tool(text: str) -> str | None:
+    """The Slurm text tool a paste came from: the command at its top (`$ squeue --me`), or
+    the tool's header in its first lines."""
+    from ingest.slurm_paste import unwrap
+
+    lines = [line for line in unwrap(text[:20000])[:60] if line.strip()]
+    for line in lines[:4]:
+        first = line.split()[:4]
+        for tool, _ in _TOOL_HEADERS:
+            if tool in first:
+                return tool
+    for line in lines:
+        words = {w.split("%")[0] for w in line.replace("|", " ").split()}
+        for tool, headers in _TOOL_HEADERS:
+            if any(h <= words for h in headers):
+                return tool
+    return None
+
+
+def _kubectl(text: str) -> bool:
+    """kubectl's human output (get tables, describe), or a YAML object / status fragment."""
+    from ingest import kubectl_text
+    from ingest.kubernetes import _DESCRIBE
+
+    head = text[:20000]
+    if _DESCRIBE.search(head) or kubectl_text.has_states(head) or kubectl_text.is_table(head):
+        return _text_tool(text) is None
+    if re.search(r"(?m)^\s*(?:apiVersion|kind|phase|conditions|status):", head) is None:
+        return False
+    import yaml
+
+    from ingest.kubernetes import _NoAliases
+
+    try:
+        doc = next(iter(yaml.load_all(head, Loader=_NoAliases)), None)
+    except yaml.YAMLError:
+        return False  # not YAML: not for this adapter
+    return isinstance(doc, dict) and bool(
+        doc.get("apiVersion") or doc.get("kind") or "phase" in doc or "conditions" in doc
+        or "status" in doc)
 
 
 def _lines_of(record: dict[str, Any] | Reject) -> set[str]:
@@ -60,6 +115,16 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
         name = _shape(doc) if doc is not None else None
         if name is not None:
             return _tagged(adapters[name].parse(text, ctx), name)
+    if stripped[:1] not in ("{", "[") and _kubectl(text):
+        try:
+            return _tagged(adapters["kubernetes"].parse(text, ctx), "kubernetes")
+        except ParseError:
+            pass
+    if (tool := _text_tool(text)) is not None:
+        try:
+            return _tagged(adapters[tool].parse(text, ctx), tool)
+        except ParseError:
+            pass  # not that tool's table after all: read it line by line
     out: list[dict[str, Any] | Reject] = []
     rejects: list[tuple[set[str], Reject]] = []
     claimed: set[str] = set()

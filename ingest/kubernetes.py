@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from ingest import kubernetes_conditions as conditions
+from ingest import kubernetes_status
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError, loads
 from ingest.redact import clip
@@ -128,7 +129,10 @@ def describe_events(text: str, ctx: Context) -> list[dict[str, Any]]:
     relative to when the table was printed: read time minus age (`time_source: relative`)."""
     name = re.search(r"(?m)^Name:\s+(\S+)", text)
     namespace = re.search(r"(?m)^Namespace:\s+(\S+)", text)
-    node_kind = "Node" if re.search(r"(?m)^Roles:|^Taints:", text) else "Pod"
+    declared = re.search(r"(?m)^Kind:\s+(\w+)", text)
+    node_kind = "Node" if re.search(r"(?m)^Roles:|^Taints:", text) else (
+        declared[1] if declared else "Workload" if re.search(r"(?m)^\s+Normal\s+\S+\s.*"
+                                                             r"\skueue-", text) else "Pod")
     table = _DESCRIBE.search(text)
     assert table is not None
     out: list[dict[str, Any]] = []
@@ -144,6 +148,7 @@ def describe_events(text: str, ctx: Context) -> list[dict[str, Any]]:
         ago = _age(age)
         when = ctx.observed_at - ago if ago is not None else ctx.observed_at
         out.append({"kind": "Event", "type": kind, "reason": reason, "message": message,
+                    "_line": line,
                     "lastTimestamp": when.isoformat(), "count": 1, "time_source": "relative",
                     "source": {"component": source},
                     "involvedObject": {"kind": node_kind, "name": name[1] if name else "",
@@ -153,8 +158,26 @@ def describe_events(text: str, ctx: Context) -> list[dict[str, Any]]:
     return out
 
 
+def kube_eventer(body: dict[str, Any]) -> dict[str, Any]:
+    """kube-eventer's webhook body (its documented template: `EventType`, `EventKind`,
+    `EventObject`, `EventNamespace`, `EventReason`, `EventTime` as Go prints a time,
+    `EventMessage`) as the Event it was made from."""
+    when = str(body.get("EventTime") or "")
+    if when.endswith(" UTC") and " +0000" in when:
+        when = when.replace(" +0000 UTC", "+00:00").replace(" ", "T", 1)
+    name, namespace = str(body.get("EventObject") or ""), str(body.get("EventNamespace") or "")
+    return {"kind": "Event", "type": body.get("EventType"), "reason": body.get("EventReason"),
+            "message": body.get("EventMessage"), "lastTimestamp": when or None,
+            "involvedObject": {"kind": body.get("EventKind"), "name": name,
+                               "namespace": namespace},
+            "metadata": {"uid": f"kube-eventer-{namespace}-{name}-{body.get('EventReason')}-"
+                                f"{when}"}}
+
+
 def _event(obj: Any, i: int, ctx: Context) -> dict[str, Any] | Reject:
     where = f"items[{i}]"
+    if isinstance(obj, dict) and "EventReason" in obj and "kind" not in obj:
+        obj = kube_eventer(obj)
     if not isinstance(obj, dict) or obj.get("kind", "Event") != "Event":
         return Reject(f"{where}.kind", "not a Kubernetes Event", raw_evidence(obj))
     regarding = obj.get("regarding") or obj.get("involvedObject") or {}
@@ -187,9 +210,18 @@ def _event(obj: Any, i: int, ctx: Context) -> dict[str, Any] | Reject:
                        "node": node})
         record["attributes"]["reason"] = clip(message, 200)
         return record
+    if kind == "Workload":
+        return _workload_event(record, obj, reason, message, name, where, ctx)
     type_ = _POD_TYPES.get(reason)
     if type_ is None:
         return Reject(f"{where}.reason", f"no mapping for reason {reason!r}", raw_evidence(obj))
+    if reason == "Killing" and not (_ROLE.search(name) or (ctx.job_id and name.startswith(
+            ctx.job_id))):
+        # the kubelet stops containers for rollouts, scale-downs and deletions too: only a
+        # training job's worker stopping is a worker exit
+        return Reject(f"{where}.regarding.name", f"Killing of {name!r}: not a training job's "
+                      "worker pod (no -worker-/-master-/-launcher- role, not the shipper's "
+                      "job)", raw_evidence(obj))
     if kind != "Pod":
         return Reject(f"{where}.regarding.kind", f"{reason} on a {kind or 'missing kind'}: "
                       "no job to attach it to", raw_evidence(obj))
@@ -208,6 +240,75 @@ def _event(obj: Any, i: int, ctx: Context) -> dict[str, Any] | Reject:
     return record
 
 
+_WORKLOAD_TYPES = {"Pending": "job.pending", "QuotaReserved": "job.admitted",
+                   "Admitted": "job.admitted", "Preempted": "job.preempted",
+                   "Finished": "job.completed"}
+
+
+def _workload_event(record: dict[str, Any], obj: dict[str, Any], reason: str, message: str,
+                    name: str, where: str, ctx: Context) -> dict[str, Any] | Reject:
+    """A Kueue Workload's Event (describe workload): the same meaning as its conditions."""
+    type_ = "job.preempted" if reason.startswith("Evicted") else _WORKLOAD_TYPES.get(reason)
+    if type_ is None:
+        return Reject(f"{where}.reason", f"no mapping for Workload reason {reason!r}",
+                      raw_evidence(obj))
+    job = ctx.job_id or name
+    project = ctx.project or str((obj.get("involvedObject") or {}).get("namespace") or "")
+    if not (job and project):
+        return Reject(f"{where}.regarding.name", "a Workload event without the workload's "
+                      "name or namespace: ship it with --project and --job", raw_evidence(obj))
+    attributes = record["attributes"]
+    if type_ == "job.pending":
+        attributes["reason"] = conditions.wait_reason(message)
+    elif type_ == "job.admitted":
+        attributes["stage"] = "quota_reserved" if reason == "QuotaReserved" else "admitted"
+    elif type_ == "job.preempted":
+        attributes["reason"] = reason
+        record["severity"] = "error"
+    record.update({"type": type_, "project": project, "job_id": job})
+    if ctx.attempt is not None:
+        record["attempt"] = ctx.attempt
+    return record
+
+
+def pod_status(status: dict[str, Any], i: int, ctx: Context) -> list[dict[str, Any] | Reject]:
+    """A Pod's `status` pasted without the object (recognised by `phase`): an eviction ->
+    `job.preempted`, a container terminated OOMKilled / Error -> `job.oom` /
+    `job.worker_exited` at its `finishedAt`. The pod is the shipper's job."""
+    evidence = raw_evidence(status)
+    if not (ctx.project and ctx.job_id):
+        return [Reject(f"items[{i}]", "a Pod status without its object names no pod: ship "
+                       "it with --project and --job", evidence)]
+    base: dict[str, Any] = {"project": ctx.project, "job_id": ctx.job_id,
+                            "severity": "error"}
+    if ctx.attempt is not None:
+        base["attempt"] = ctx.attempt
+    out: list[dict[str, Any] | Reject] = []
+    if status.get("reason") == "Evicted":
+        message = str(status.get("message") or "Evicted")
+        out.append({**base, "id": f"k8s-status-{ctx.job_id}-evicted-{status.get('startTime')}",
+                    "type": "job.preempted", "time": ctx.observed_at.isoformat(),
+                    "message": clip(message, 500),
+                    "attributes": {"reason": "Evicted", "detail": clip(message, 200),
+                                   "time_source": "observed", "raw": evidence}})
+    for c in (status.get("containerStatuses") or []):
+        for which in ("state", "lastState"):
+            done = ((c or {}).get(which) or {}).get("terminated") or {}
+            type_ = {"OOMKilled": "job.oom", "Error": "job.worker_exited"}.get(
+                str(done.get("reason")))
+            if type_ is None:
+                continue
+            when = done.get("finishedAt")
+            out.append({**base, "id": f"k8s-status-{ctx.job_id}-{c.get('name')}-{when}",
+                        "type": type_, "time": when or ctx.observed_at.isoformat(),
+                        "message": f"{c.get('name')}: {done.get('reason')}",
+                        "attributes": {"exit_code": done.get("exitCode"),
+                                       "reason": done.get("reason"),
+                                       "time_source": "line" if when else "observed",
+                                       "raw": evidence}})
+    return out
+
+
 def _pending_reason(message: str) -> str:
     """`0/64 nodes are available: 8 Insufficient nvidia.com/gpu, 56 node(s) had untolerated
     taint {...}.` -> `Insufficient nvidia.com/gpu; untolerated taint`."""
@@ -224,17 +325,37 @@ def _pending_reason(message: str) -> str:
 
 
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
+    from ingest import kubectl_text
+
     out: list[dict[str, Any] | Reject] = []
-    objects = describe_events(text, ctx) if _DESCRIBE.search(text) else _objects(text, ctx.kind)
+    if _DESCRIBE.search(text):
+        objects: list[Any] = describe_events(text, ctx)
+        out.extend(kubectl_text.container_states(text.splitlines(), ctx))
+    elif text.lstrip()[:1] not in ("{", "[") and (kubectl_text.is_table(text)
+                                                 or kubectl_text.has_states(text)):
+        return kubectl_text.records(text, ctx)  # kubectl's human output, not YAML
+    else:
+        objects = _objects(text, ctx.kind)
     for i, obj in enumerate(objects):
-        if isinstance(obj, dict) and obj.get("kind") in conditions.KINDS:
+        if isinstance(obj, dict) and (found := kubernetes_status.shape(obj)) is not None:
+            out.extend(kubernetes_status.records(obj, found, i, ctx))
+        elif isinstance(obj, dict) and obj.get("kind") in conditions.KINDS:
             out.extend(conditions.records(obj, i, ctx))
         elif isinstance(obj, dict) and obj.get("kind") == "Job":
             out.extend(conditions.batch_job(obj, i, ctx))
+        elif isinstance(obj, dict) and not obj.get("kind") and "phase" in (
+                kubernetes_status.status_of(obj)):
+            out.extend(pod_status(kubernetes_status.status_of(obj), i, ctx))
         else:
+            line = obj.pop("_line", "") if isinstance(obj, dict) else ""
             record = _event(obj, i, ctx)
             if isinstance(record, dict) and isinstance(obj, dict) and obj.get("time_source"):
                 record.setdefault("attributes", {})["time_source"] = obj["time_source"]
+            if line and isinstance(record, dict):
+                record["attributes"]["raw"] = raw_evidence(line)
+            if line and isinstance(record, Reject) and obj.get("type") == "Normal":
+                continue  # a describe row with no meaning for a job (Pulled, a rollout's
+                # Killing): that line is skipped, as in the kubectl tables
             out.append(record)
     return out
 

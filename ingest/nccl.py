@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ingest import training_text
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
 from schemas.failure_text import classify
@@ -61,15 +62,19 @@ _SAVE = re.compile(r"(?:saving model to|Saving model checkpoint:|Saving model ch
                    r"Saving checkpoint to|saved checkpoint to|Saving checkpoint:)"
                    r"\s*'?(?P<path>[^'\s]+)'?", re.I)
 _LOAD = re.compile(r"(?:Restoring states from the checkpoint path at|Loading checkpoint:|"
-                   r"Restoring checkpoint from|loaded checkpoint from)\s*'?(?P<path>[^'\s]+)'?",
+                   r"Restoring checkpoint from|loaded checkpoint from|"
+                   r"\[Torch\] Loading checkpoint from|"
+                   r"Restoring model weights from RestoreConfig\(path=)\s*'?(?P<path>[^'\s]+)'?",
                    re.I)
 _STEP_IN = re.compile(r"(?:global[ _]step|step|checkpoint|iter)[=_ -]?(?P<step>\d+)", re.I)
 _PROGRESS = re.compile(r"(?:^|\s)step=(?P<step>\d+)(?P<rest>(?:\s+\w+=\S+)*)")
 
 
 def _time(line: str, ctx: Context) -> tuple[str, str]:
-    from ingest.timestamps import read
+    from ingest.timestamps import local_time, read
 
+    if (nemo := training_text.nemo_time(line)) is not None:
+        return local_time(nemo, ctx), "line"
     stamp = read(line.strip(), ctx)
     return stamp.time, stamp.source
 
@@ -85,11 +90,26 @@ class _Lines:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.out: list[dict[str, Any] | Reject] = []
+        self.fallback: str | None = None
+        """The time of the stamped piece before this one on the same physical line."""
+        self.checkpoints: set[tuple[str, int, str]] = set()
+        self.bar_step: int | None = None
 
     def emit(self, line: str, type_: str, attributes: dict[str, Any], *, severity: str = "info",
              scope: str | None = None, entity: str | None = None, node: str | None = None,
              time: str | None = None) -> None:
+        if type_.startswith("checkpoint.") and isinstance(attributes.get("step"), int):
+            path = str(attributes.get("path") or "")
+            if "rank" in path.rsplit("/", 1)[-1]:
+                path = path.rsplit("/", 1)[0]  # DeepSpeed's files of one checkpoint, per rank
+            key = (type_, attributes["step"], path)
+            if key in self.checkpoints:
+                return  # the same checkpoint in another line (NeMo's async finalisation,
+                # DeepSpeed's one load per rank file)
+            self.checkpoints.add(key)
         when, source = (time, "line") if time else _time(line, self.ctx)
+        if source == "observed" and self.fallback:
+            when, source = self.fallback, "line"
         record: dict[str, Any] = {
             "type": type_, "time": when, "severity": severity, "project": self.ctx.project,
             "job_id": self.ctx.job_id, "message": clip(line.strip(), 500),
@@ -194,12 +214,22 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         return [Reject("job_id", "training logs need the shipper to name project and job "
                        "(--project/--job, or X-Jobtrail-Project/-Job headers)",
                        raw_evidence(clip(text, 1000)))]
-    lines = text.splitlines()
+    lines, physical = training_text.pieces(text)
     sink = _Lines(ctx)
+    saved_later = {int(m.group("step")) for m in _MEGATRON_SAVE.finditer(text)} | {
+        int(s.group("step")) for m in training_text.ASYNC_DONE.finditer(text)
+        if (s := _STEP_IN.search(m.group("path")))}
+    stepless: list[str] = []
     i = 0
     while i < len(lines):
         line = lines[i]
         i += 1
+        if i > 1 and physical[i - 1] == physical[i - 2]:
+            own, source = _time(lines[i - 2], ctx)  # glued by \r to the piece before
+            if source != "observed":
+                sink.fallback = own
+        else:
+            sink.fallback = None
         if "ChildFailedError" in line or _ROOT.search(line) or line.strip() == "Failures:":
             entries, end = _child_failed(lines, i - 1)
             if entries:
@@ -251,7 +281,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                       entity=path)
         elif (match := _SAVE.search(line)) or (match := _LOAD.search(line)):
             saving = bool(_SAVE.search(line))
-            path = match.group("path")
+            path = match.group("path").rstrip(".")
             step = _STEP_IN.search(line[:match.start()]) or _STEP_IN.search(path)
             if step is None:
                 sink.out.append(Reject("attributes.step", "checkpoint line without a step "
@@ -260,7 +290,27 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             sink.emit(line, "checkpoint.saved" if saving else "checkpoint.restored",
                       {"step": int(step.group("step")), "path": path}, scope="path",
                       entity=path)
+        elif match := training_text.NEMO_SAVE.search(line):
+            iteration = int(match.group("step"))
+            if iteration not in saved_later:  # else the line naming its path says it
+                sink.emit(line, "checkpoint.saved", {"step": iteration, "path": "",
+                                                     "duration_s": float(match.group("dur"))})
+        elif match := training_text.ASYNC_DONE.search(line):
+            path = match.group("path")
+            found = _STEP_IN.search(path)
+            sink.emit(line, "checkpoint.saved", {
+                "step": int(found.group("step")) if found else int(match.group("step")),
+                "path": path}, scope="path", entity=path)
+        elif (numbers := training_text.loss_dict(line)) is not None:
+            at = numbers.pop("step", None)
+            at = sink.bar_step if at is None else at
+            if at is None:
+                stepless.append(line)
+                continue
+            sink.emit(line, "job.step", {"step": at, **numbers})
         elif progress := _framework_step(line):
+            if "%|" in line:
+                sink.bar_step = progress["step"]
             sink.emit(line, "job.step", progress)
         elif match := _PROGRESS.search(line):
             attrs = {"step": int(match.group("step"))}
@@ -270,6 +320,11 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 if key in ("loss", "step_time", "samples_per_s") and number is not None:
                     attrs["step_time_s" if key == "step_time" else key] = number
             sink.emit(line, "job.step", attrs)
+    if stepless:
+        sink.out.append(Reject("attributes.step", f"{len(stepless)} Trainer loss dict(s) "
+                               "without a step: ship the progress bar with them (or log "
+                               "global_step) to read them as progress",
+                               raw_evidence("\n".join(stepless[:20]))))
     return sink.out
 
 

@@ -35,7 +35,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from ingest import node_health, xid
+from ingest import gpu_health, node_health, xid
 from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
 from ingest.redact import clip
 
@@ -136,6 +136,8 @@ def _line(line: str, ctx: Context, ref: str) -> dict[str, Any] | Reject | None:
     record: dict[str, Any] | None = node_health.node_fault(body, node, ctx)
     if record is not None:
         pass
+    elif (record := gpu_health.fabric_manager_failure(body)) is not None:
+        record["entity"] = node
     elif (m := _MLX_LINK.search(body)) and (state := _MLX_STATE.get(m.group("state").lower())):
         # INIT and ARMED are steps of coming up: not a state change worth an event
         record = {"type": f"network.port_{state}", "scope": "nic",
@@ -210,9 +212,24 @@ def _line(line: str, ctx: Context, ref: str) -> dict[str, Any] | Reject | None:
 
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out: list[dict[str, Any] | Reject] = []
+    if (events := gpu_health.health_events(text, ctx)) is not None:
+        for event in events:
+            out.append(event if event["node"] else Reject(
+                "node", "a health event names no host and none was given",
+                str(event["attributes"]["raw"])))
+        return out
+    originals = text.splitlines()
+    lines = [gpu_health.localise(line) for line in originals]
+    nvlink, used = gpu_health.nvlink_status(lines, ctx)
+    smi, smi_used = gpu_health.nvidia_smi_q(lines, ctx)
+    out.extend([*nvlink, *smi])
+    used |= smi_used
+    fabric: set[tuple[str, str]] = set()  # (node, minute): one Fabric Manager failure
     table: list[str] = []
     start = 0
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(lines, start=1):
+        if number - 1 in used:
+            continue
         ref = f"{ctx.origin}:{number}"
         stripped = line.strip()
         if stripped.startswith(("|", "+")) and (table or "Health Monitor Report" in stripped
@@ -237,6 +254,13 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             out.extend(xid.parse(line, replace(ctx, origin=ref)))
             continue
         record = _line(line, ctx, ref)
+        if isinstance(record, dict) and record["attributes"].get("system") == "fabric_manager":
+            key = (str(record.get("node")), str(record["time"])[:16])
+            if key in fabric:
+                continue  # another line of the same failure (systemd's, the script's)
+            fabric.add(key)
+        if isinstance(record, dict) and line is not originals[number - 1]:
+            record["attributes"]["raw"] = raw_evidence(originals[number - 1])  # as written
         if record is not None:
             out.append(record)
     if table:

@@ -119,6 +119,14 @@ _REQUEUE = re.compile(r"(?:Requeuing|requeue(?: job)?) JobId=(?P<job>\d+(?:_\d+)
 
 
 _JOB = r"JobId=(?P<job>\d+(?:_\d+)?)"
+_RPC_ALLOCATE = re.compile(r"_slurm_rpc_allocate_resources " + _JOB + r" NodeList=(?P<nodes>\S+)")
+_BARE_REQUEUE = re.compile(r"^Requeuing " + _JOB + r"$")
+_PROLOG_LAUNCH = re.compile(r"Prolog launch failure, " + _JOB)
+_PERILOG_DRAIN = re.compile(r"(?:(?P<prolog>Prolog or job env setup failure)|(?P<epilog>"
+                            r"epilog error)) on (?:node )?(?P<node>[\w.-]+), draining the node")
+_DRAIN_NODES = re.compile(r"^drain_nodes: node (?P<node>\S+) state set to DRAIN$")
+_INACTIVE = re.compile(r"inactivity time limit reached for " + _JOB)
+_JOB_DONE = re.compile(r"^_job_complete: " + _JOB + r" done$")
 _SUBMIT = re.compile(r"_slurm_rpc_submit_batch_job: " + _JOB + r"(?: InitPrio=(?P<prio>\d+))?")
 _ALLOCATE = re.compile(r"sched: Allocate " + _JOB + r" NodeList=(?P<nodes>\S+)"
                        r"(?:.*?Partition=(?P<part>\S+))?")
@@ -138,6 +146,12 @@ def _job_line(body: str) -> tuple[str, str, dict[str, Any], str] | None:
         prio = m.group("prio")
         return "job.submitted", m.group("job"), {"priority": int(prio) if prio else None}, \
             "info"
+    if m := _RPC_ALLOCATE.search(body):
+        nodes = m.group("nodes")
+        if nodes in ("(null)", ""):  # salloc waiting: the allocation was only requested
+            return "job.submitted", m.group("job"), {"interactive": True}, "info"
+        return "job.started", m.group("job"), {"nodes": expand_hostlist(nodes),
+                                               "interactive": True}, "info"
     if m := _ALLOCATE.search(body) or _STARTED.search(body):
         return "job.started", m.group("job"), {"nodes": expand_hostlist(m.group("nodes")),
                                                "partition": m.group("part")}, "info"
@@ -158,6 +172,12 @@ def _job_line(body: str) -> tuple[str, str, dict[str, Any], str] | None:
                                               "failed_nodes": [m.group("node")]}, "error"
     if m := _TIME_LIMIT.search(body):
         return "job.timeout", m.group("job"), {"reason": "TIMEOUT"}, "error"
+    if m := _INACTIVE.search(body):
+        return "job.timeout", m.group("job"), {"reason": "inactivity (InactiveLimit)"}, "error"
+    if m := _PROLOG_LAUNCH.search(body):
+        return "job.requeued", m.group("job"), {"reason": "prolog failure"}, "error"
+    if m := _BARE_REQUEUE.match(body):
+        return "job.requeued", m.group("job"), {"reason": "requeued"}, "warning"
     if m := _PREEMPTED.search(body):
         return "job.preempted", m.group("job"), {"reason": "PREEMPTED"}, "warning"
     return None
@@ -167,6 +187,9 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out: list[dict[str, Any] | Reject] = []
     reasons: dict[str, str] = {}
     ended: set[str] = set()  # jobs whose attempt already ended in this log (requeue, kill)
+    done: set[str] = set()  # jobs that completed: a kill after that is clean-up, not a cancel
+    requeued: dict[str, str] = {}  # job -> time of the requeue already recorded
+    last: dict[str, str] = {}  # node -> the last node event type recorded
     for number, line in enumerate(text.splitlines(), start=1):
         time, _host, source = line_time(line, ctx)
         ref = f"{ctx.origin}:{number}"
@@ -180,26 +203,46 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                     "severity": severity, "message": clip(msg, 500),
                     "attributes": {**b["attributes"], "reason": clip(reason, 200)}}
 
+        def node_state(type_: str, node: str, reason: str, severity: str) -> None:
+            """A node's state change; `now responding` then `returned to service` (or a
+            drain then `drain_nodes`) is one change, recorded once."""
+            if type_ in ("node.ready", "node.drained") and last.get(node) == type_:
+                return
+            last[node] = type_
+            out.append(node_event(type_, node, reason, severity))
+
         if reason_match := _REASON.search(body):
             reasons[reason_match.group("node")] = reason_match.group("reason").strip()
         elif match := _NOT_RESPONDING.search(body):
             for node in expand_hostlist(match.group("nodes")):
-                out.append(node_event("node.not_ready", node, "not responding", "error"))
+                node_state("node.not_ready", node, "not responding", "error")
         elif match := _STATE.search(body):
             node, state = match.group("node"), match.group("state")
             why = reasons.pop(node, state.lower())
             if state.startswith("DRAIN"):
-                out.append(node_event("node.drained", node, why, "warning"))
+                last[node] = ""  # an operator's drain is recorded even when one was
+                node_state("node.drained", node, why, "warning")
             elif state in ("DOWN", "FAIL", "FAILING"):
-                out.append(node_event("node.not_ready", node, why, "error"))
-            elif state in ("IDLE", "RESUME"):
-                out.append(node_event("node.ready", node, why, "info"))
+                node_state("node.not_ready", node, why, "error")
+            elif state in ("IDLE", "RESUME", "ALLOCATED", "MIXED", "COMPLETING"):
+                # back in service; ALLOCATED/MIXED when jobs were waiting for it
+                node_state("node.ready", node, why, "info")
             else:
                 out.append(Reject("state", f"slurmctld node state {state!r} is not mapped",
                                   raw_evidence(line), ref))
+        elif match := _PERILOG_DRAIN.search(body):
+            why = "Prolog error" if match.group("prolog") else "Epilog error"
+            reasons[match.group("node")] = why
+            last[match.group("node")] = ""
+            node_state("node.drained", match.group("node"), why, "warning")
+        elif match := _DRAIN_NODES.match(body):
+            node = match.group("node")
+            node_state("node.drained", node, reasons.pop(node, "drain"), "warning")
         elif match := _BACK.search(body):
-            out.append(node_event("node.ready", match.group("a") or match.group("b"),
-                                  "responding", "info"))
+            node_state("node.ready", match.group("a") or match.group("b"), "responding",
+                       "info")
+        elif match := _JOB_DONE.match(body):
+            done.add(match.group("job"))
         elif match := _REQUEUE.search(body):
             if not ctx.project:
                 out.append(Reject("project", "a requeue line names no project: ship slurmctld "
@@ -208,6 +251,7 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 continue
             job, node = match.group("job"), match.group("node")
             ended.add(job)
+            requeued[job] = time
             draft: dict[str, Any] = {
                 **base, "type": "job.requeued", "project": ctx.project, "job_id": job,
                 "severity": "error", "message": clip(body, 500),
@@ -220,12 +264,24 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             type_, job, attributes, severity = found
             if type_ in ("job.failed", "job.completed") and job in ended:
                 continue  # the exit of an attempt already ended (requeued on node failure)
+            if type_ == "job.cancelled" and job in done:
+                continue  # slurmctld's clean-up kill of a job that had completed
+            if type_ == "job.requeued" and requeued.get(job) == time:
+                continue  # `Requeuing JobId=N` after the line that said why
+            if type_ == "job.requeued":
+                requeued[job] = time
+                done.discard(job)
+            if type_ in ("job.completed", "job.failed"):
+                done.add(job)
+            if type_ == "job.started":
+                done.discard(job)
             if not ctx.project:
                 out.append(Reject("project", f"a {type_} line names no project: ship "
                                   "slurmctld logs with the cluster's project "
                                   "(X-Jobtrail-Project)", raw_evidence(line), ref))
                 continue
-            if type_ in ("job.failed", "job.cancelled", "job.timeout", "job.preempted"):
+            if type_ in ("job.failed", "job.cancelled", "job.timeout", "job.preempted",
+                         "job.requeued"):
                 ended.add(job)
             job_draft: dict[str, Any] = {
                 **base, "type": type_, "project": ctx.project, "job_id": job,

@@ -22,11 +22,11 @@ import re
 from datetime import timedelta
 from typing import Any
 
+from ingest import slurm_paste
 from ingest.adapters import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError
 from ingest.redact import clip
 from ingest.slurm import expand_hostlist
-from ingest.slurm_text import text_job_records
 
 _SACCT_FIELDS = {"JobID": "JobId", "JobName": "JobName", "Partition": "Partition",
                  "Account": "Account", "User": "UserId", "NodeList": "NodeList",
@@ -35,34 +35,72 @@ _SACCT_FIELDS = {"JobID": "JobId", "JobName": "JobName", "Partition": "Partition
                  "ReqTRES": "ReqTRES", "Cluster": "ClusterName", "Reason": "Reason"}
 
 
+_SACCT_NAMES = {name.lower(): name for name in (*_SACCT_FIELDS, "State", "DerivedExitCode")}
+_TIMES = (("Submit", "submission"), ("Start", "start"), ("End", "end"))
+
+
 def parse_sacct(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines or "|" not in lines[0] or "JobID" not in lines[0].split("|"):
-        raise ParseError("header", "expected `sacct --parsable2` output with its header line "
-                         "(JobID|...|State|...)")
-    header = lines[0].rstrip("|").split("|")
-    if "State" not in header:
+    """sacct as printed: `-P`/`--parsable`/custom `--delimiter`, the default fixed-width
+    table, `-n`, `-b`, a `--format` without JobID (the job from `-j`), after a prompt."""
+    found = slurm_paste.table(text, "sacct", ("State",))
+    if found is None or not (found.rows or found.bad):
+        raise ParseError("header", "expected sacct output: `sacct -P`, the default table, "
+                         "or rows under the `sacct ...` command that printed them")
+    if "State" not in {_SACCT_NAMES.get(c.lower(), c) for c in found.columns}:
         raise ParseError("header", "sacct output needs the State column")
+    only = found.flags.get("-j") or found.flags.get("--jobs") or ""
     out: list[dict[str, Any] | Reject] = []
-    for i, row in enumerate(lines[1:], start=1):
-        values = row.rstrip("|").split("|") if row.endswith("|") and len(
-            row.split("|")) > len(header) else row.split("|")
-        if len(values) != len(header):
-            out.append(Reject("row", f"{len(values)} columns, the header has {len(header)}",
-                              raw_evidence(row), f"{ctx.origin}:{i + 1}"))
+    for i, (number, row, cells) in enumerate(found.rows, start=1):
+        row_fields = {_SACCT_NAMES.get(k.lower(), k): v.strip() for k, v in cells.items()}
+        job = row_fields.get("JobID") or (only if only.isdigit() else "")
+        if not job:
+            out.append(Reject("JobID", "a sacct row without a JobID column (and no single "
+                              "`-j` job in the command)", raw_evidence(row),
+                              f"{ctx.origin}:{number}"))
             continue
-        row_fields = dict(zip(header, values, strict=True))
-        job = row_fields.get("JobID", "")
         if "." in job:
-            continue  # a step of the job above it
+            continue  # a step of the job above it (`123.batch`, truncated `123.ba+`)
+        row_fields["JobID"] = job
         state, _, why = row_fields.get("State", "").partition(" ")
         fields = {ours: row_fields[theirs] for theirs, ours in _SACCT_FIELDS.items()
                   if row_fields.get(theirs)}
-        fields["JobState"] = state
+        fields["JobState"] = state.rstrip("+")
         if why and not fields.get("Reason"):
             fields["Reason"] = why.replace("by ", "cancelled by uid ", 1) \
                 if why.startswith("by ") else why  # `CANCELLED by 1000`
-        out.extend(text_job_records(fields, i, ctx, row))
+        out.extend(_untimed(fields, i, ctx, row))
+    for number, row in found.bad:
+        out.append(Reject("row", f"does not fit the {len(found.columns)} columns of the "
+                          "header", raw_evidence(row), f"{ctx.origin}:{number}"))
+    return out
+
+
+def _untimed(fields: dict[str, str], i: int, ctx: Context, row: str
+             ) -> list[dict[str, Any] | Reject]:
+    """A job row; when its `--format` printed no time for its state, the state is still
+    an event, stamped when read, naming the times it lacks (`missing_times`)."""
+    from ingest.slurm import job_records
+    from ingest.slurm_text import sacct_shape
+
+    shape = sacct_shape(fields)
+    times = shape["time"]
+    missing = [name for name, key in _TIMES if times[key] is None]
+    state = shape["state"]
+    stamped = ""
+    if state == "PENDING" and times["submission"] is None:
+        times["submission"], stamped = int(ctx.observed_at.timestamp()), "job.pending"
+    elif state not in ("PENDING", "RUNNING") and times["end"] is None and times["start"] is None:
+        times["end"], stamped = int(ctx.observed_at.timestamp()), "terminal"
+    out: list[dict[str, Any] | Reject] = []
+    for draft in job_records(shape, i, ctx):
+        if isinstance(draft, dict):
+            draft["attributes"]["raw"] = raw_evidence(row)
+            if stamped and draft["type"] == "job.submitted":
+                continue  # its time was not in the row
+            if stamped and draft["type"] not in ("job.submitted", "job.started"):
+                draft["attributes"].update({"time_source": "observed",
+                                            "missing_times": missing})
+        out.append(draft)
     return out
 
 
@@ -77,30 +115,24 @@ def _elapsed(text: str) -> timedelta | None:
                      seconds=int(m["s"]))
 
 
-def _columns(lines: list[str], required: tuple[str, ...]) -> list[str] | None:
-    head = lines[0].split() if lines else []
-    return head if all(r in head for r in required) else None
-
-
 def parse_squeue(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     from ingest.timestamps import local_time
 
-    lines = [line for line in text.splitlines() if line.strip()]
-    head = _columns(lines, ("JOBID",))
-    if head is None or not ({"ST", "STATE"} & set(head)):
-        raise ParseError("header", "expected squeue output with its header (JOBID ... ST ...)")
+    found = slurm_paste.table(text, "squeue", ("JOBID",), slurm_paste.SQUEUE_DEFAULT)
+    if found is None or not ({"ST", "STATE"} & {c.upper() for c in found.columns}) or not (
+            found.rows or found.bad):
+        raise ParseError("header", "expected squeue output with its header (JOBID ... ST ...) "
+                         "or rows under the `squeue` command that printed them")
     if not ctx.project:
         return [Reject("project", "squeue rows name no project: ship them with the "
                        "cluster's project (--project / X-Jobtrail-Project)",
                        raw_evidence(clip(text, 1000)))]
     out: list[dict[str, Any] | Reject] = []
-    for number, row in enumerate(lines[1:], start=2):
-        values = row.split(None, len(head) - 1)
-        if len(values) != len(head):
-            out.append(Reject("row", "fewer columns than the header", raw_evidence(row),
-                              f"{ctx.origin}:{number}"))
-            continue
-        col = dict(zip(head, values, strict=True))
+    for number, row in found.bad:
+        out.append(Reject("row", "fewer columns than the header", raw_evidence(row),
+                          f"{ctx.origin}:{number}"))
+    for _number, row, cells in found.rows:
+        col = {k.upper(): v for k, v in cells.items()}
         job, state = col["JOBID"], col.get("ST") or col.get("STATE", "")
         where = col.get("NODELIST(REASON)") or col.get("NODELIST") or col.get("REASON", "")
         base: dict[str, Any] = {"project": ctx.project, "job_id": job,
@@ -186,21 +218,18 @@ def parse_sinfo(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         from ingest.adapters import json_object
 
         return _sinfo_json(json_object(text, "sinfo --json output"), ctx)
-    lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
+    if not text.strip():
         raise ParseError("header", "empty sinfo output")
-    if _columns(lines, ("REASON", "TIMESTAMP", "NODELIST")):
-        return _sinfo_reasons(lines, ctx)
-    head = _columns(lines, ("STATE", "NODELIST"))
-    if head is None:
+    reasons = slurm_paste.table(text, "sinfo", ("REASON", "NODELIST"))
+    if reasons is not None and "REASON" in {c.upper() for c in reasons.columns}:
+        return _sinfo_reasons(text, reasons, ctx)
+    found = slurm_paste.table(text, "sinfo", ("STATE", "NODELIST"))
+    if found is None or not {"STATE", "NODELIST"} <= {c.upper() for c in found.columns}:
         raise ParseError("header", "expected sinfo output with its header (... STATE "
                          "NODELIST), or sinfo -R (REASON USER TIMESTAMP NODELIST)")
     out: list[dict[str, Any] | Reject] = []
-    for row in lines[1:]:
-        values = row.split()
-        if len(values) != len(head):
-            continue
-        col = dict(zip(head, values, strict=True))
+    for _number, row, cells in found.rows:
+        col = {k.upper(): v for k, v in cells.items()}
         state = col["STATE"].rstrip("*~#!%$@^-+").lower()
         type_ = "node.not_ready" if state in _DOWN else "node.drained" if state in _DRAIN \
             else None
@@ -217,30 +246,46 @@ def parse_sinfo(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     return out
 
 
-def _sinfo_reasons(lines: list[str], ctx: Context) -> list[dict[str, Any] | Reject]:
-    """`sinfo -R`: REASON is free text, so columns are cut where the header's words start."""
+def _sinfo_reasons(text: str, found: slurm_paste.Table,
+                   ctx: Context) -> list[dict[str, Any] | Reject]:
+    """`sinfo -R` (REASON USER TIMESTAMP NODELIST; REASON is free text, every other column
+    one word) and `sinfo -R --Format=...` in any column order (cut where the header's words
+    start)."""
     from ingest.timestamps import local_time
 
-    header = lines[0]
-    starts = [header.index(name) for name in ("USER", "TIMESTAMP", "NODELIST")]
+    columns = [c.upper() for c in found.columns]
+    rows: list[tuple[int, str, dict[str, str]]] = []
+    if columns[0] == "REASON":
+        rows = [(n, row, {k.upper(): v for k, v in cells.items()})
+                for n, row, cells in found.rows]
+    else:
+        lines = slurm_paste.unwrap(text)
+        header = lines[found.header_line - 1]
+        starts = [m.start() for m in re.finditer(r"\S+", header)]
+        for n, row, _cells in found.rows:
+            cut = [row[a:b].strip() for a, b in zip(starts, [*starts[1:], len(row) + 1],
+                                                     strict=True)]
+            rows.append((n, row, dict(zip(columns, cut, strict=True))))
     out: list[dict[str, Any] | Reject] = []
-    for number, row in enumerate(lines[1:], start=2):
-        reason = row[:starts[0]].strip()
-        stamp = row[starts[1]:starts[2]].strip()
-        nodes = row[starts[2]:].strip()
+    for number, row in found.bad:
+        out.append(Reject("row", "no reason or node list", raw_evidence(row),
+                          f"{ctx.origin}:{number}"))
+    for number, row, col in rows:
+        reason = col.get("REASON", "")
+        nodes = col.get("NODELIST", "")
         if not (reason and nodes):
             out.append(Reject("row", "no reason or node list", raw_evidence(row),
                               f"{ctx.origin}:{number}"))
             continue
         try:
-            when, source = local_time(stamp, ctx), "line"
+            when, source = local_time(col.get("TIMESTAMP", ""), ctx), "line"
         except ValueError:
             when, source = ctx.observed_at.isoformat(), "observed"
         for node in expand_hostlist(nodes):
             out.append({"type": "node.drained", "time": when, "scope": "node", "entity": node,
                         "node": node, "severity": "warning", "message": clip(row.strip(), 500),
                         "attributes": {"reason": clip(reason, 200), "time_source": source,
-                                       "user": row[starts[0]:starts[1]].strip(),
+                                       "user": col.get("USER", ""),
                                        "raw": raw_evidence(row)}})
     return out
 

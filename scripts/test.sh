@@ -16,6 +16,22 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     exit 1
   fi
 fi
+# live sources (rsyslog + omkafka, Prometheus + Alertmanager): the tests start and stop the
+# daemons by pid; policy-rc.d (exit 101) keeps postinst from starting system services
+live_apt=()
+[ -e /usr/lib/x86_64-linux-gnu/rsyslog/omkafka.so ] || live_apt+=(rsyslog rsyslog-kafka)
+command -v prometheus >/dev/null 2>&1 || live_apt+=(prometheus)
+command -v prometheus-alertmanager >/dev/null 2>&1 || live_apt+=(prometheus-alertmanager)
+if [ ${#live_apt[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
+  made_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    --no-install-recommends "${live_apt[@]}"
+  [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
+fi
 bash scripts/setup.sh --dev
 V=${JOBTRAIL_VENV:-.venv}/bin
 "$V/jobtrail" dev kafka fetch

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,7 +61,9 @@ def backend_store(request: pytest.FixtureRequest, chdb_path: Path) -> Iterator[S
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def kafka_broker_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session's broker as a `jobtrail.dev.kafka.Broker`, for tests that take it down and
+    bring it back (`kafka.restart` keeps its port and log dirs)."""
     from jobtrail.dev import kafka
 
     try:
@@ -69,5 +72,11 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         if os.environ.get("CI"):
             pytest.fail(f"the Kafka broker must run in CI: {exc}")
         pytest.skip(f"no Kafka broker: {exc}")
-    yield broker.bootstrap
-    kafka.stop(broker)
+    holder = [broker]
+    yield holder
+    kafka.stop(holder[0])
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(kafka_broker_process: list[Any]) -> str:
+    return str(kafka_broker_process[0].bootstrap)

@@ -69,3 +69,15 @@ def test_schema_export_covers_every_type(tmp_path: Path) -> None:
     step = json.loads((tmp_path / "s/attributes/job.step.schema.json").read_text())
     assert step["required"] == ["step"]
     assert step["properties"]["step"]["minimum"] == 0
+
+
+def test_the_sample_events_file_is_the_demo_sample() -> None:
+    """examples/sample-events.jsonl (the README's cluster-mode input) is what `jobtrail demo`
+    loads; regenerate it with `python -c "from jobtrail.learn import sample; print(sample.jsonl(),
+    end='')" > examples/sample-events.jsonl`."""
+    from pathlib import Path
+
+    from jobtrail.learn import sample
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "sample-events.jsonl"
+    assert path.read_text() == sample.jsonl().rstrip("\n") + "\n"

@@ -340,12 +340,14 @@ def schema_types() -> None:
 def _register() -> None:
     from jobtrail.cli import (
         alerts,
+        collect,
         dev,
         grafana,
         incidents,
         ingest,
         postmortem,
-        )
+        topology,
+    )
 
     main.add_command(dev.dev)
     main.add_command(ingest.ingest)
@@ -357,6 +359,8 @@ def _register() -> None:
     main.add_command(postmortem.postmortem)
     main.add_command(postmortem.followups)
     main.add_command(postmortem.scenario)
+    main.add_command(topology.topology)
+    main.add_command(collect.collect)
     for command in alerts.COMMANDS:
         main.add_command(command)
 

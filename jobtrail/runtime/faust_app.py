@@ -35,7 +35,7 @@ from ingest.redact import clip
 from jobtrail.config import Settings
 from jobtrail.runtime.build import build_sink, open_store
 from jobtrail.runtime.kafka_io import PartitionReader, Record, batch_by_cluster, sign, signed
-from jobtrail.runtime.shards import Shards
+from jobtrail.runtime.shards import PartialStore, Shards
 from jobtrail.store.retry import RetryPolicy, StoreUnavailable
 from processors.incidents.model import IncidentEvent
 from schemas.dead_letters import DeadLetter
@@ -44,6 +44,7 @@ from schemas.events import Event
 log = logging.getLogger("jobtrail.worker")
 
 EXIT_STORE_UNAVAILABLE = 70
+EXIT_PARTIAL_STORE = 78  # EX_CONFIG: the store is not the one the consumer group wrote to
 
 
 def _records(batch: list[Any], key: bytes = b"") -> dict[int, list[Record]]:
@@ -139,12 +140,13 @@ def create_app(settings: Settings) -> faust.App:
             await fut
 
     def fatal(exc: BaseException,
-              what: str = "ClickHouse unavailable past the retry budget") -> None:
+              what: str = "ClickHouse unavailable past the retry budget",
+              code: int = EXIT_STORE_UNAVAILABLE) -> None:
         """Exit without acking: take_events would ack the batch in its `finally` otherwise,
         and the restarted worker replays from the last committed offset."""
         log.critical("%s, exiting without commit: %s", what, exc)
         logging.shutdown()
-        os._exit(EXIT_STORE_UNAVAILABLE)
+        os._exit(code)
 
     @app.agent(events_topic, concurrency=1)  # type: ignore[untyped-decorator]
     async def process_events(stream: Any) -> None:
@@ -159,6 +161,8 @@ def create_app(settings: Settings) -> faust.App:
                     await send_dead(dead, b"process")
             except StoreUnavailable as exc:
                 fatal(exc)
+            except PartialStore as exc:
+                fatal(exc, "refusing to build a partial store", EXIT_PARTIAL_STORE)
             except Exception as exc:  # publishing or loading the state failed: replay it
                 fatal(exc, f"could not finish the batch ({type(exc).__name__})")
 
@@ -175,8 +179,19 @@ def create_app(settings: Settings) -> faust.App:
                     await send_dead(refused, b"commands")
             except StoreUnavailable as exc:
                 fatal(exc)
+            except PartialStore as exc:
+                fatal(exc, "refusing to build a partial store", EXIT_PARTIAL_STORE)
             except Exception as exc:
                 fatal(exc, f"could not finish the commands ({type(exc).__name__})")
+
+    @app.on_partitions_assigned.connect  # type: ignore[untyped-decorator]
+    async def check_store(sender: Any, assigned: set[Any], **_: Any) -> None:
+        partitions = {tp.partition for tp in assigned if tp.topic == settings.topic("events")}
+        if partitions:
+            try:
+                await run(lambda: shards().verify(partitions))
+            except PartialStore as exc:
+                fatal(exc, "refusing to build a partial store", EXIT_PARTIAL_STORE)
 
     @app.on_partitions_revoked.connect  # type: ignore[untyped-decorator]
     async def hand_over(sender: Any, revoked: set[Any], **_: Any) -> None:

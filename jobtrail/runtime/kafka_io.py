@@ -198,6 +198,22 @@ class PartitionReader:
 
         return asyncio.run(asyncio.wait_for(run(), self.timeout_s))
 
+    def committed(self, topic: str) -> dict[int, int]:
+        """The group's committed offset of every partition of `topic` it committed (one
+        request, so a rebalance of many partitions does not wait on one per partition)."""
+
+        async def run() -> dict[int, int]:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            await admin.start()
+            try:
+                offsets = await admin.list_consumer_group_offsets(self.group)
+                return {tp.partition: meta.offset for tp, meta in offsets.items()
+                        if tp.topic == topic and meta.offset > 0}
+            finally:
+                await admin.close()
+
+        return asyncio.run(asyncio.wait_for(run(), self.timeout_s))
+
     def read(self, topic: str, partition: int, start: int, end: int) -> list[Record]:
         """Every record with start <= offset < end (bounded by the timeout)."""
         if start >= end:

@@ -21,6 +21,7 @@ them, before it is acknowledged, so replaying events alone keeps their order.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -39,6 +40,10 @@ from processors.incidents.model import Command, IncidentEvent
 from schemas.dead_letters import DeadLetter
 
 log = logging.getLogger("jobtrail.worker")
+
+
+class PartialStore(RuntimeError):
+    """The group's committed offsets are ahead of what this store holds."""
 
 Publish = Callable[[list[IncidentEvent]], None]
 
@@ -134,6 +139,8 @@ class Shards:
         committed, earliest, _ = self.reader.bounds(self.events_topic, partition)
         start = shard.position(stream) + 1
         end = committed if committed is not None else earliest
+        if saved is None and end > max(start, earliest):
+            self._check_store_holds(partition, max(start, earliest), end)
         state = "no saved state" if problem else f"state at offset {start - 1}"
         if start < end and start < earliest:
             # records the state lacks are no longer in Kafka: rebuild from the store instead
@@ -147,6 +154,51 @@ class Shards:
         log.warning("partition %d: %s (%.1f s)", partition, shard.restored,
                     time.monotonic() - started)
         return shard
+
+    def verify(self, partitions: set[int]) -> None:
+        """At assignment, before any record arrives (a group at the end of its topics gets
+        none): refuse a store that lacks what the group committed (`PartialStore`)."""
+        unheld = sorted(partitions - set(self.held))
+        if not unheld:
+            return
+        # one cheap query for all of them: a rebalance must not wait on state bodies
+        saved = {row[0] for row in self.store.retry.run(lambda: self.store.client.query(
+            "SELECT DISTINCT shard FROM worker_state WHERE app_id = {app:String}",
+            parameters={"app": self.app_id})).result_rows}
+        unsaved = [p for p in unheld if self._key(p) not in saved]
+        group = self.reader.committed(self.events_topic) if unsaved else {}
+        for partition in unsaved:
+            if partition not in group:
+                continue  # nothing committed: nothing the store could lack
+            committed, earliest, _ = self.reader.bounds(self.events_topic, partition)
+            if committed is not None and committed > earliest:
+                self._check_store_holds(partition, earliest, committed)
+
+    def _check_store_holds(self, partition: int, start: int, end: int) -> None:
+        """The group committed records this store has no state for: they must be in the
+        store (a worker that crashed before its first save), else this is not the store the
+        group wrote to (a new `./var`, another ClickHouse) and replaying without writing
+        would build a store missing those attempts and infrastructure rows."""
+        probe = self.reader.read(self.events_topic, partition, max(start, end - 20), end)
+        ids: list[str] = []
+        for value in split_messages(probe)[0]:
+            try:
+                found = json.loads(value).get("id")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(found, str):
+                ids.append(found)
+        if not ids or self.store.arrivals(ids):
+            return
+        raise PartialStore(
+            f"consumer group {self.app_id!r} already committed offset {end} of "
+            f"{self._events_stream(partition)}, but this store holds neither that partition's "
+            f"state nor the events it committed ({len(ids)} checked): it is not the store "
+            "this group wrote to. Point JOBTRAIL_CLICKHOUSE (or --home) at that store, or "
+            "rebuild this one from the topic's beginning with a new group "
+            "(JOBTRAIL_APP_ID=<new name>) or after resetting this group's offsets "
+            "(kafka-consumer-groups.sh --group <app id> --reset-offsets --to-earliest "
+            "--all-topics --execute)")
 
     def _replay(self, shard: Shard, start: int, end: int) -> int:
         """Records [start, end) of the shard's events partition, processed without writing:

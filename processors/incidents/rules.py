@@ -259,7 +259,9 @@ class Rules(_Strict):
     def signal_rule(self, type_: str, attributes: dict[str, Any],
                     message: str) -> SignalRule | None:
         rules = self._index()[0].get(type_)
-        if not rules:
+        # an alert's resolution (`resolved: true`) says the condition ended: it stays on the
+        # timeline, never a new signal of the failure it ends
+        if not rules or attributes.get("resolved") is True:
             return None
         return next((r for r in rules if r.matches(type_, attributes, message)), None)
 

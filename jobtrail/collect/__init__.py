@@ -1,0 +1,1 @@
+"""Live sources: collectors that follow a scheduler or an API and produce canonical events."""
