@@ -175,3 +175,41 @@ def test_every_library_scenario_drafts_its_golden_postmortem(name: str) -> None:
     story = Story(name)
     inc = story.do("draft_postmortem", by="ic-ana", owner="pm-owner")
     _golden(f"library/{name}", draft.markdown(inc))
+
+
+def test_the_demo_drafts_its_golden_postmortem() -> None:
+    """`jobtrail demo`'s sample (five sources, job-7b-001 on 64 nodes) through the pipeline:
+    the worst incident's draft, with the human story of its night."""
+    from datetime import timedelta
+
+    from ingest.canonical import decode
+    from jobtrail.learn import sample
+    from processors.pipeline import Pipeline
+    from processors.topology import Topology
+    from schemas.events import Event
+    from schemas.topology import TopologyFile
+
+    decoded = decode(sample.jsonl(), producer="sample", observed_at=_t("12:00"),
+                     origin="sample")
+    events = [e for e in decoded if isinstance(e, Event)]
+    assert len(decoded) - len(events) <= 1  # the sample keeps one malformed record
+    pipeline = Pipeline(timedelta(seconds=30),
+                        Topology.from_file(TopologyFile.model_validate(sample.topology())))
+    pipeline.process(events)
+    worst = max(pipeline.detector.incidents.values(),
+                key=lambda i: (i.lost_gpu_hours, i.id))
+    clock = max(e.time for e in events) + timedelta(minutes=5)
+    failed = min(j.failed_at for j in worst.jobs.values() if j.failed_at)
+    for n, (command, data, after) in enumerate([
+            ("ack", {}, 4), ("note", {"text": "port flapping on the leaf; job restarted by "
+                                              "the scheduler"}, 6),
+            ("draft_postmortem", {"owner": "pm-owner"}, None)]):
+        pipeline.command(Command(
+            command_id=f"demo-{n}", incident_id=worst.id, command=command,  # type: ignore[arg-type]
+            actor=Actor(kind="person", name="ic-ana"), time=clock + timedelta(minutes=n),
+            data=data, at=failed + timedelta(minutes=after) if after else None))
+    inc = pipeline.detector.incidents[worst.id]
+    markdown = draft.markdown(inc)
+    _golden("demo", markdown)
+    assert f"job {sample.JOB} (" in inc.pm.sections["summary"].text
+    assert "GPU-hours were lost" in inc.pm.sections["summary"].text
