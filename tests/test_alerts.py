@@ -66,7 +66,9 @@ def test_a_64_rank_storm_is_one_message_per_team() -> None:
         (storm.main.id, "opened")]  # 64 NCCL timeouts, one incident, one message
     assert infra[0].folded == ("severity_raised",)
     network = sent(decisions, "sub-network")
-    assert [d.transition for d in network] == ["opened", "severity_raised"]
+    # and, by default, the "recovered" message once the job passed its failure point
+    assert [d.transition for d in network] == ["opened", "severity_raised",
+                                               "recovery_verified"]
     assert {d.incident_id for d in network} == {fabric.main.id}
     assert sent(decisions, "sub-storage") == []
     # every folded transition is logged as a suppression that names the first message
@@ -254,7 +256,8 @@ def test_messages_carry_cause_owner_impact_recovery_and_links() -> None:
                   if d.transition == "severity_raised")
     later = message(subscriber, raised, story.log, Links())
     assert later["incident"]["impact"]["gpus"] == 512
-    assert later["links"]["timeline"].endswith("var-project=llm-pretrain&var-job=pretrain")
+    assert "var-project=llm-pretrain&var-job=pretrain&var-attempt=1&from=" in \
+        later["links"]["timeline"]
 
 
 def test_channel_shapes() -> None:

@@ -34,8 +34,10 @@ def _facts(msg: dict[str, Any]) -> list[tuple[str, str]]:
                   f"({cause['confidence']:.2f})"),
         ("Owner", inc["owner"]),
         ("Impact", f"{impact['jobs']} job(s), {impact['gpus']} GPUs, "
-                   f"{impact['lost_gpu_hours']} GPU-h lost"),
-        ("Recovery", inc["recovery"] or "n/a"),
+                   f"{impact['lost_gpu_hours']} GPU-h lost" if impact.get("assessed", True)
+                   else f"{impact['jobs']} job(s), {impact['gpus']} GPUs, at risk "
+                        f"{impact.get('at_risk_gpu_hours', 0)} GPU-h (not assessed yet)"),
+        ("Recovery", inc.get("recovery_words") or inc["recovery"] or "n/a"),
     ]
 
 
@@ -126,7 +128,8 @@ def email(msg: dict[str, Any], *, to: str, sender: str, unsubscribe: str,
           at: datetime) -> EmailMessage:
     inc = msg["incident"]
     mail = EmailMessage()
-    mail["Subject"] = msg["headline"]
+    # one subject per incident: mail clients thread by it as much as by References
+    mail["Subject"] = f"[jobtrail] {inc['title'] or inc['class']} ({inc['id']})"
     mail["From"] = sender
     mail["To"] = to
     mail["Date"] = format_datetime(at)

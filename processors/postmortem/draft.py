@@ -107,7 +107,7 @@ _SYMPTOM_PHRASE = {
 }
 
 
-def _cause_phrase(inc: Incident) -> tuple[datetime | None, str]:
+def cause_phrase(inc: Incident) -> tuple[datetime | None, str]:
     """When the cause began, and what it did, in words."""
     cause = inc.evidence.get(inc.cause_event)
     entity = esc(inc.cause_entity or inc.entity)
@@ -161,7 +161,7 @@ def _job_story(inc: Incident) -> str:
 def summary(inc: Incident) -> str:
     """What happened in plain words, from a template (the machine's explanation is in
     Trigger, once)."""
-    began, what = _cause_phrase(inc)
+    began, what = cause_phrase(inc)
     parts = [f"On {when(began)[:10]} at {hhmm(began)} {what}"]
     if story := _job_story(inc):
         parts.append(story)
