@@ -346,6 +346,7 @@ def _register() -> None:
         incidents,
         ingest,
         postmortem,
+        rules,
         topology,
     )
 
@@ -360,6 +361,7 @@ def _register() -> None:
     main.add_command(postmortem.followups)
     main.add_command(postmortem.scenario)
     main.add_command(topology.topology)
+    main.add_command(rules.rules)
     main.add_command(collect.collect)
     for command in alerts.COMMANDS:
         main.add_command(command)
