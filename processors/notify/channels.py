@@ -42,7 +42,8 @@ def _facts(msg: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _links(msg: dict[str, Any]) -> list[tuple[str, str]]:
-    out = [("Incident", msg["links"]["incident"])]
+    out = [("Acknowledge", msg["links"]["ack"])] if msg["links"].get("ack") else []
+    out.append(("Incident", msg["links"]["incident"]))
     if msg["links"]["timeline"]:
         out.append(("Job timeline", msg["links"]["timeline"]))
     return out

@@ -194,7 +194,9 @@ def text(msg: dict[str, Any]) -> str:
               f"Recovery: {inc.get('recovery_words') or inc['recovery'] or 'n/a'}; "
               f"status {inc['status']}"]
     lines += [f"Proposed: {a['title']} ({a['command']})" for a in inc.get("actions", [])]
-    if inc["status"] == "open" and inc.get("ack_command"):
+    if msg["links"].get("ack"):
+        lines.append(f"Acknowledge: {msg['links']['ack']} (or {inc['ack_command']})")
+    elif inc["status"] == "open" and inc.get("ack_command"):
         lines.append(f"Acknowledge: {inc['ack_command']}")
     lines.append(f"Incident: {msg['links']['incident']}")
     if msg["links"]["timeline"]:
