@@ -46,6 +46,12 @@ def _messages() -> dict[str, dict[str, Any]]:
     for case, transition in CASES.items():
         d = next(x for x in decisions if (x.transition == transition))
         out[case] = message(sub, d, story.log, LINKS)
+    # the deliverer adds the signed acknowledge link while the incident is open
+    # (tests/test_ack_link.py follows one over HTTP): here, a fixed one
+    for case in ("storm", "severity"):
+        out[case]["links"]["ack"] = (f"https://jobtrail.example/v1/incidents/"
+                                     f"{out[case]['incident']['id']}/ack?sub=sub-fabric"
+                                     "&expires=1796119260&token=0123456789abcdef")
     return out
 
 
@@ -84,7 +90,12 @@ def test_a_message_says_what_broke_who_owns_it_and_what_to_do() -> None:
                                            "began to flap")
     assert "Owner: network (switch ports, links and NICs belong to the network team)" in body
     assert storm["ack_command"] == f"jobtrail incident ack {storm['id']}"
-    assert f"Acknowledge: jobtrail incident ack {storm['id']}" in body
+    assert f"Acknowledge: https://jobtrail.example/v1/incidents/{storm['id']}/ack?" in body
+    buttons = [e["text"]["text"] for b in channels.slack(msgs["storm"])["blocks"]
+               if b["type"] == "actions" for e in b["elements"]]
+    assert buttons[0] == "Acknowledge"
+    assert channels.teams(msgs["storm"])["attachments"][0]["content"]["actions"][0][
+        "title"] == "Acknowledge"
     # before the loss is assessed: what is at risk, never "0.0 GPU-hours lost"
     severity = text(msgs["severity"])
     assert "0.0 GPU-hours lost" not in severity and "0.0 GPU-h" not in json.dumps(
