@@ -117,3 +117,32 @@ def test_a_message_says_what_broke_who_owns_it_and_what_to_do() -> None:
 def test_an_email_thread_keeps_one_subject() -> None:
     subjects = {_render("email", m).splitlines()[0] for m in _messages().values()}
     assert subjects == {"Subject: [jobtrail] network on leaf-01/p2 (inc-f4b69853dc651eeb)"}
+
+
+def test_reminders_stop_once_the_job_has_recovered() -> None:
+    """rank-storm is a sev1 nobody acknowledges; once its job passes the failure point the
+    reminders stop (the log gains the recovery as the detector would write it)."""
+    from datetime import timedelta
+
+    from processors.incidents.model import Actor, new_event
+    from schemas.incident_events import JobRef, RecoveryVerified
+
+    story = Story("rank-storm")
+    inc = story.main
+    owner = Subscription.model_validate({
+        **_sub().model_dump(), "owner": f"team:{inc.owner}", "repeat_s": 600,
+        "max_repeats": 6, "matchers": [Matcher.parse(f"team={inc.owner}").model_dump()]})
+    first = next(d for d in decide([owner], [], story.logs(), LATER) if d.key == "first")
+    at = first.not_before + timedelta(minutes=65)
+
+    def reminders() -> list[Decision]:
+        return [d for d in decide([owner], [], story.logs(), at) if d.key.startswith("repeat")]
+    assert [d.key for d in reminders()][-1] == "repeat-6"
+    job = next(j for j in inc.jobs.values() if j.role == "failed")
+    recovered = first.not_before + timedelta(minutes=25)
+    story.log.append(new_event(inc, inc.id, RecoveryVerified(
+        job=JobRef(project=job.project, job_id=job.job_id, attempt=job.attempt),
+        verified_at=recovered), recovered, Actor(kind="processor", name="detector"), "test"))
+    after = reminders()
+    assert [d.key for d in after] == ["repeat-1", "repeat-2"]
+    assert all(d.not_before <= recovered for d in after)

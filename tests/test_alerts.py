@@ -125,8 +125,12 @@ def test_a_flap_is_damped_and_a_real_reopen_is_held_then_sent() -> None:
 def test_an_unacknowledged_sev1_repeats_until_someone_acknowledges() -> None:
     story = Story("rank-storm")
     first_at = story.main.opened_at + timedelta(seconds=30)
-    subscriber = sub("infra", "team=training-infra", repeat_s=600, max_repeats=6)
+    subscriber = sub("training-infra", "team=training-infra", repeat_s=600, max_repeats=6)
     at = first_at + timedelta(minutes=25)  # reminders 1 and 2 were due: only 2 is sent
+    # reminders go to the owning team only: a watcher's subscription gets none
+    watcher = sub("watchers", "team=training-infra", repeat_s=600, max_repeats=6)
+    assert not [d for d in decide([watcher], [], story.logs(), at)
+                if d.key.startswith("repeat")]
     reminders = [d for d in decide([subscriber], [], story.logs(), at) if d.key.startswith(
         "repeat")]
     assert [(d.key, d.status) for d in reminders] == [("repeat-1", "suppressed"),
