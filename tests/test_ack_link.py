@@ -51,3 +51,15 @@ def test_the_ack_link_acknowledges_once_as_the_owner_and_expires(tmp_path: Path)
             old = ack_link(server.url, Secrets(home), inc, sub_id, int(time.time()) - 60)
             expired = http("POST", old)
             assert expired.status == 410 and "expired" in expired.body["error"]
+
+
+def test_subscribe_refuses_a_channel_it_would_never_reach(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    mail = cli(home, "subscribe", "m", "--owner", "team:x", "--channel", "email", "--to",
+               "x@example.com", check=False)
+    assert mail.returncode == 2 and "email needs a mail server (JOBTRAIL_SMTP" in mail.stderr
+    hook = cli(home, "subscribe", "h", "--owner", "team:x", "--channel", "slack",
+               "--url-env", "JOBTRAIL_CHANNEL_FABRIC", check=False,
+               env={"JOBTRAIL_CHANNEL_FABRIC": "http://169.254.169.254/latest"})
+    assert hook.returncode == 2 and "--url-env" in hook.stderr, hook.stderr
+    assert "Traceback" not in hook.stderr + mail.stderr
