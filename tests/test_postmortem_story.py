@@ -213,3 +213,22 @@ def test_the_demo_drafts_its_golden_postmortem() -> None:
     _golden("demo", markdown)
     assert f"job {sample.JOB} (" in inc.pm.sections["summary"].text
     assert "GPU-hours were lost" in inc.pm.sections["summary"].text
+
+
+def test_the_runbook_entry_is_built_from_what_was_done() -> None:
+    from jobtrail.learn.lessons import runbook_entry
+
+    story = _told()
+    proposal = sorted(a for a, x in story.main.actions.items() if "perfquery" in x.title)[0]
+    story.do("accept_action", by="net-oz", action_id=proposal, owner="network")
+    inc = story.do("update_action", by="net-oz", action_id=proposal, status="done")
+    entry = runbook_entry(inc)
+    done = entry.split("What was done:\n\n")[1]
+    assert done.startswith("1. 10:13 paged: team:network: leaf-01/p2 flapped under pretrain "
+                           "(ic-ana)\n2. 10:17 noted: leaf-01/p2 shows symbol errors")
+    assert "3. 10:18 mitigated: disabled leaf-01/p2; traffic moved to leaf-01/p3 (net-oz)" \
+        in entry
+    assert "- [x] Reseat or replace the cable/transceiver at leaf-01/p2" in entry
+    assert "  - run: `perfquery`\n  - run: `ibdiagnet`" in entry
+    assert "How recovery was verified:\n\n- 2026-11-30 10:40:00Z `job.step` on `rank-0`: " \
+           "step 1250 passed the failure point (1200)" in entry

@@ -183,24 +183,45 @@ def learning_data(kind: str, done: Outcome) -> dict[str, str]:
 
 
 def runbook_entry(inc: Incident) -> str:
+    """The runbook section from what was actually done: people's mitigations and notes in the
+    order they happened, the follow-ups accepted or done with the commands they name, and the
+    checks that verified recovery (the progress that passed each failure point)."""
     from processors.postmortem.draft import code, esc, when
 
     mitigators = inc.pm.sections.get("mitigators")
     steps = mitigators.text.strip() if mitigators and mitigators.provenance == "human" else ""
+    did = sorted((t for t in inc.story.values()
+                  if t.kind in ("mitigated", "note_added", "paged") and t.text),
+                 key=lambda t: (t.at, t.event_id))
     done = sorted((a for a in inc.actions.values() if a.status in ("done", "open")),
-                  key=lambda a: a.action_id)
+                  key=lambda a: (a.status != "done", a.action_id))
     signals = sorted({e.type for e in inc.evidence.values() if e.role in ("cause", "signal")})
     recovery = inc.recovery.replace("_", " ") if inc.recovery else "no job to recover"
     lines = [f"## {esc(inc.title or inc.klass)} ({inc.id}, {when(inc.opened_at)[:10]})", "",
              f"- Signals: {', '.join(code(s) for s in signals) or 'none recorded'}",
              f"- Cause: {esc(inc.explanation or inc.cause_class or 'not established')}",
              f"- Owner: {esc(inc.owner or 'unassigned')}",
-             f"- Recovery reached: {recovery}", "", "Steps that worked:", "",
-             steps or "_(the postmortem's mitigators section was not written)_"]
+             f"- Recovery reached: {recovery}", "", "What was done:", ""]
+    verbs = {"mitigated": "mitigated", "note_added": "noted", "paged": "paged"}
+    lines += [f"{n}. {when(t.at)[11:16]} {verbs[t.kind]}: {esc(t.text)} ({esc(t.by)})"
+              for n, t in enumerate(did, start=1)] or \
+        ["_(nothing recorded in the incident: `jobtrail incident mitigate --note`, `note`)_"]
+    if steps:
+        lines += ["", "Steps that worked (from the postmortem):", "", steps]
     if done:
-        lines += ["", "Follow-ups:", ""] + [f"- [{'x' if a.status == 'done' else ' '}] "
-                                           f"{esc(a.title)} ({esc(a.owner or 'unowned')})"
-                                           for a in done]
+        lines += ["", "Follow-ups:", ""]
+        for a in done:
+            commands = re.findall(r"`([^`]+)`", a.title)
+            lines.append(f"- [{'x' if a.status == 'done' else ' '}] {esc(a.title)} "
+                         f"({esc(a.owner or 'unowned')})")
+            lines += [f"  - run: `{c}`" for c in commands]
+    checks = sorted((e for e in inc.evidence.values() if e.role == "recovery"
+                     and "passed the failure point" in e.why), key=lambda e: e.time)
+    if checks:
+        lines += ["", "How recovery was verified:", ""]
+        lines += [f"- {when(e.time)} {code(e.type)}"
+                  + (f" on {code(e.entity)}" if e.entity else "") + f": {esc(e.why)}"
+                  for e in checks]
     return "\n".join(lines) + "\n"
 
 
