@@ -232,3 +232,20 @@ def test_the_runbook_entry_is_built_from_what_was_done() -> None:
     assert "  - run: `perfquery`\n  - run: `ibdiagnet`" in entry
     assert "How recovery was verified:\n\n- 2026-11-30 10:40:00Z `job.step` on `rank-0`: " \
            "step 1250 passed the failure point (1200)" in entry
+
+
+def test_a_monitor_is_checked_against_the_whole_library(tmp_path: Path) -> None:
+    from jobtrail.learn.lessons import LearningFailed, check_monitor
+
+    sample = scenarios.LIBRARY / "ib-flap-64.yaml"
+    good = tmp_path / "flap-once.yaml"
+    good.write_text("signals:\n  - name: ib-port-flap\n    threshold: {count: 1, window_s: 300}\n")
+    assert check_monitor(sample, good) == (
+        f"opens the network incident 50 s earlier; no new incident in the {len(LIBRARY)} "
+        "library scenarios")
+    false = tmp_path / "saves-are-faults.yaml"
+    false.write_text("signals:\n  - name: checkpoint-saves-are-faults\n    types: "
+                     "[checkpoint.saved]\n    class: storage_io\n")
+    with pytest.raises(LearningFailed, match=r"the library scenario \S+ opens a new "
+                                             r"storage_io incident .* a false incident"):
+        check_monitor(sample, false)

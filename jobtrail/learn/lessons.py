@@ -123,6 +123,31 @@ def _find(scenario: scenarios.Scenario, want: dict[str, Any]) -> Incident | None
     return None
 
 
+def _opened(scenario: scenarios.Scenario) -> set[tuple[str, str]]:
+    log, _ = scenarios.run(scenario)
+    return {(i.klass, i.entity) for i in fold(log).values()}
+
+
+def _library_check(overrides: dict[str, Any], rules: Path) -> str:
+    """Replay every scenario of the library with and without the change: a monitor must not
+    open an incident there that the current rules do not (a new false incident)."""
+    paths = sorted(scenarios.LIBRARY.glob("*.yaml"))
+    for path in paths:
+        base = scenarios.load(path)
+        merged = scenarios.merge_rules(base.raw.get("rules") or {}, overrides)
+        try:
+            changed = scenarios.load_document({**base.raw, "rules": merged}, path)
+        except ValueError as exc:
+            raise LearningFailed(f"{rules} is not a valid rules change: {exc}") from None
+        new = sorted(_opened(changed) - _opened(base))
+        if new:
+            klass, entity = new[0]
+            raise LearningFailed(f"with {rules} the library scenario {path.stem} opens a new "
+                                 f"{klass} incident on {entity} (a false incident the current "
+                                 "rules do not open)")
+    return f"no new incident in the {len(paths)} library scenarios"
+
+
 def check_monitor(sample: Path, rules: Path) -> str:
     """Replay the sample with the proposed rules; it must open the same incident earlier or
     with a better cause."""
@@ -139,18 +164,19 @@ def check_monitor(sample: Path, rules: Path) -> str:
     if want is None:
         raise LearningFailed(f"{sample} expects no incident to compare")
     before, after = _find(base, want), _find(candidate, want)
+    library = _library_check(overrides, rules)
     if after is None:
         raise LearningFailed(f"with {rules} the sample no longer opens the {want['class']} "
                              f"incident on {want.get('entity')}")
     if before is None:
-        return f"opens the {want['class']} incident the current rules miss"
+        return f"opens the {want['class']} incident the current rules miss; {library}"
     assert before.opened_at and after.opened_at
     gained = (before.opened_at - after.opened_at).total_seconds()
     if gained > 0:
-        return f"opens the {want['class']} incident {gained:g} s earlier"
+        return f"opens the {want['class']} incident {gained:g} s earlier; {library}"
     if after.confidence > before.confidence:
         return (f"same incident with a better cause (confidence {after.confidence:.2f} vs "
-                f"{before.confidence:.2f})")
+                f"{before.confidence:.2f}); {library}")
     raise LearningFailed(f"with {rules} the incident opens no earlier ({after.opened_at} vs "
                          f"{before.opened_at}) and with no better cause "
                          f"({after.confidence:.2f} vs {before.confidence:.2f})")
