@@ -247,5 +247,5 @@ def test_a_monitor_is_checked_against_the_whole_library(tmp_path: Path) -> None:
     false.write_text("signals:\n  - name: checkpoint-saves-are-faults\n    types: "
                      "[checkpoint.saved]\n    class: storage_io\n")
     with pytest.raises(LearningFailed, match=r"the library scenario \S+ opens a new "
-                                             r"storage_io incident .* a false incident"):
+                                             r"storage_io incident .*\(a false incident"):
         check_monitor(sample, false)
