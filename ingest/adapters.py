@@ -12,108 +12,32 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ingest.canonical import Decoded, ParseError, _dead, loads, to_event
-from ingest.redact import redact_text
+from ingest.base import (
+    JSON_DOCUMENT,
+    RAW_LIMIT,
+    Adapter,
+    Context,
+    Reject,
+    cap_lines,
+    fill,
+    is_json_document,
+    json_object,
+    line_time,
+    raw_evidence,
+)
+from ingest.canonical import Decoded, ParseError, _dead, to_event
+from ingest.redact import clip
 
-RAW_LIMIT = 4096
+__all__ = ["RAW_LIMIT", "Adapter", "AdapterConfig", "Context", "Reject", "Report", "fill",
+           "json_object", "line_time", "raw_evidence", "registry", "report", "run",
+           "run_report"]
+
 log = logging.getLogger("jobtrail.adapters")
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the shipper knows and the payload may not say (job, node, cluster)."""
-
-    producer: str
-    observed_at: datetime
-    cluster: str = "default"
-    project: str = ""
-    job_id: str = ""
-    attempt: int | None = None
-    node: str = ""
-    origin: str = "input"
-    boot_time: datetime | None = None
-    """When the machine booted: places seconds-since-boot prefixes (raw dmesg, /dev/kmsg)."""
-    tz: str = "UTC"
-    """The zone of local times in lines (dmesg -T, syslog, glog)."""
-    year: int | None = None
-    """The year of lines that do not say it (syslog, glog); default: inferred."""
-    kind: str = ""
-    """What a Kubernetes fragment without `kind` is (`PyTorchJob`, `Job`, ...)."""
-
-
-@dataclass(frozen=True)
-class Reject:
-    field: str
-    reason: str
-    payload: str
-    ref: str = ""
-
-
-@dataclass
-class Adapter:
-    name: str
-    parse: Callable[[str, Context], list[dict[str, Any] | Reject]]
-    doc: str = ""
-    line_oriented: bool = False
-    formats: list[str] = field(default_factory=list)
-
-
-def raw_evidence(payload: Any) -> str:
-    """The original payload as evidence: redacted, truncated."""
-    text = payload if isinstance(payload, str) else json.dumps(payload, sort_keys=True,
-                                                               default=str)
-    return redact_text(text)[:RAW_LIMIT]
-
-
-def line_time(line: str, ctx: Context) -> tuple[str, str, str]:
-    """(time, host, time_source) from a log line's prefix (`ingest.timestamps.read`: ISO,
-    dmesg -T / -x / raw, kmsg, syslog, RFC 5424, glog, epoch). Without a time in the line it
-    is when the shipper observed it and `time_source` says `observed`."""
-    from ingest.timestamps import read
-
-    stamp = read(line, ctx)
-    return stamp.time, stamp.host, stamp.source
-
-
-_FIELD = re.compile(r"\{(\w+)\}")
-
-
-def fill(template: Any, values: dict[str, str], where: str) -> Any:
-    """Fill `{name}` placeholders of a mapping entry from `values` (labels, data fields).
-
-    A missing name raises ParseError naming it; a bare `"{x}"` keeps a number numeric.
-    """
-    if isinstance(template, dict):
-        return {k: fill(v, values, f"{where}.{k}") for k, v in template.items()}
-    if not isinstance(template, str):
-        return template
-    missing = [name for name in _FIELD.findall(template) if name not in values]
-    if missing:
-        raise ParseError(missing[0], f"needed by the mapping for {where}")
-    value = _FIELD.sub(lambda m: values[m.group(1)], template)
-    if _FIELD.fullmatch(template) and re.fullmatch(r"-?\d+(\.\d+)?", value):
-        return json.loads(value)
-    return value
-
-
-def json_object(text: str, what: str = "the body") -> dict[str, Any]:
-    """A payload that must be one JSON object; a ParseError saying which rule it broke."""
-    try:
-        payload = loads(text)
-    except RecursionError:
-        raise ParseError("", "not JSON we accept: nested too deep to parse") from None
-    except ValueError as exc:
-        raise ParseError("", f"not JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise ParseError("", f"{what} must be a JSON object")
-    return payload
 
 
 @dataclass
@@ -153,9 +77,6 @@ class Report:
         return out
 
 
-_JSON_DOCUMENT = re.compile(r"\s*(?:\{\s*\"|\[\s*[{\]])")
-
-
 def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
     """Which non-blank lines some record came from (its raw evidence or message holds the
     line), for a line-oriented adapter; events stamped with the time they were read."""
@@ -179,53 +100,78 @@ def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
                 if p.strip():
                     seen.add(p.strip())
                     owner.setdefault(p.strip(), by)
-    if not adapter.line_oriented or _JSON_DOCUMENT.match(text):
+    if not adapter.line_oriented or JSON_DOCUMENT.match(text):
         return out  # a document, not lines (sinfo --json; what auto routed by shape)
     for line in text.splitlines():
         stripped = line.strip()
         if not stripped:
             continue
         out.lines += 1
-        redacted = redact_text(stripped)[:RAW_LIMIT].strip()
+        redacted = clip(stripped, RAW_LIMIT).strip()
         if redacted in seen or stripped in seen:
             by = owner.get(stripped) or owner.get(redacted) or adapter.name
             out.lines_by_adapter[by] = out.lines_by_adapter.get(by, 0) + 1
             continue
         out.skipped += 1
         if len(out.examples) < 3:
-            out.examples.append(redact_text(stripped)[:160])
+            out.examples.append(clip(stripped, 160))
     return out
 
 
 def run(adapter: Adapter, raw: bytes | str, ctx: Context) -> list[Decoded]:
     """Parse with `adapter`, then validate every draft like canonical input."""
-    return run_report(adapter, raw, ctx)[0]
+    text, cut = _capped(adapter, _text(raw), ctx)
+    return _run(adapter, text, ctx, cut)
 
 
 def run_report(adapter: Adapter, raw: bytes | str, ctx: Context) -> tuple[list[Decoded],
                                                                            Report]:
     """`run`, and what it skipped."""
-    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-    out = _run(adapter, text, ctx)
+    text, cut = _capped(adapter, _text(raw), ctx)
+    out = _run(adapter, text, ctx, cut)
     return out, report(adapter, text, out)
 
 
-def _run(adapter: Adapter, text: str, ctx: Context) -> list[Decoded]:
-    out: list[Decoded] = []
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+
+
+def _capped(adapter: Adapter, text: str, ctx: Context) -> tuple[str, list[Reject]]:
+    """A line adapter's input with over-long lines cut at its cap (`auto` caps its own line
+    path: a JSON document it routes is not lines)."""
+    if not adapter.line_oriented or adapter.name == "auto":
+        return text, []
+    cut_text, cut = cap_lines(text, adapter.max_line, adapter.name, ctx.origin)
+    if cut and is_json_document(text):
+        return text, []
+    return cut_text, cut
+
+
+def _run(adapter: Adapter, text: str, ctx: Context, cut: list[Reject]) -> list[Decoded]:
     stage = f"adapter.{adapter.name}"
     try:
         records = adapter.parse(text, ctx)
     except ParseError as exc:
         return [_dead(stage, ParseError(exc.field, f"{adapter.name}: {exc.reason}"), text,
-                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at)]
+                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at),
+                *_decoded(adapter, cut, ctx)]
     except RecursionError:
         return [_dead(stage, f"{adapter.name}: nested too deep to parse", text,
-                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at)]
+                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at),
+                *_decoded(adapter, cut, ctx)]
     except Exception as exc:  # an adapter bug must cost the payload, never the process
         log.exception("adapter %s failed on %s", adapter.name, ctx.origin)
         return [_dead(stage, f"{adapter.name} could not read it ({type(exc).__name__}); "
                       "this is a bug in the adapter, please report it", text,
-                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at)]
+                      producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at),
+                *_decoded(adapter, cut, ctx)]
+    return _decoded(adapter, [*records, *cut], ctx)
+
+
+def _decoded(adapter: Adapter, records: Sequence[dict[str, Any] | Reject],
+             ctx: Context) -> list[Decoded]:
+    out: list[Decoded] = []
+    stage = f"adapter.{adapter.name}"
     for i, record in enumerate(records):
         ref = f"{ctx.origin}#{i}"
         if isinstance(record, Reject):

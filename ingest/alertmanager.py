@@ -14,10 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ingest.adapters import Adapter, Context, Reject, fill, json_object, raw_evidence
+from ingest.base import Adapter, Context, Reject, fill, json_object, raw_evidence
 from ingest.canonical import ParseError
+from schemas.documents import load_yaml
 from schemas.registry import REGISTRY
 
 DEFAULT_MAPPING: dict[str, dict[str, Any]] = {
@@ -69,7 +68,7 @@ _SEVERITY = {"critical": "critical", "page": "critical", "error": "error", "warn
 
 
 def load_mapping(path: Path) -> dict[str, dict[str, Any]]:
-    data = yaml.safe_load(path.read_text())
+    data = load_yaml(path.read_text(), what=str(path))
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the mapping is an object keyed by alertname")
     for name, entry in data.items():

@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, cap_lines, raw_evidence
 from ingest.canonical import ParseError
 
 LINE_ORDER = ("xid", "training-log", "slurmctld", "node-log")
@@ -86,12 +86,13 @@ def _kubectl(text: str) -> bool:
         return False
     import yaml
 
-    from ingest.kubernetes import _NoAliases
+    from ingest.kubernetes import YAML_LIMITS
+    from schemas.documents import load_yaml_all
 
     try:
-        doc = next(iter(yaml.load_all(head, Loader=_NoAliases)), None)
-    except yaml.YAMLError:
-        return False  # not YAML: not for this adapter
+        doc = next(iter(load_yaml_all(head, YAML_LIMITS)), None)
+    except (yaml.YAMLError, ValueError):
+        return False  # not YAML (or an alias, a bomb): not for this adapter
     return isinstance(doc, dict) and bool(
         doc.get("apiVersion") or doc.get("kind") or "phase" in doc or "conditions" in doc
         or "status" in doc)
@@ -120,9 +121,12 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
             return _tagged(adapters["kubernetes"].parse(text, ctx), "kubernetes")
         except ParseError:
             pass
+    # past here the input is lines: no pattern reads more of one than the cap
+    cap = min(adapters[name].max_line for name in LINE_ORDER)
+    text, cut = cap_lines(text, cap, "auto", ctx.origin)
     if (tool := _text_tool(text)) is not None:
         try:
-            return _tagged(adapters[tool].parse(text, ctx), tool)
+            return [*_tagged(adapters[tool].parse(text, ctx), tool), *cut]
         except ParseError:
             pass  # not that tool's table after all: read it line by line
     out: list[dict[str, Any] | Reject] = []
@@ -154,6 +158,7 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
             continue
         claimed |= lines  # the same unreadable line is one dead letter, the first adapter's
         out.append(reject)
+    out.extend(cut)
     if not out and text.strip():
         return [Reject("format", "no adapter recognised any line of this input (name one with "
                        "--format)", raw_evidence(text[:1000]))]

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ingest.redact import MASK, is_sensitive_key, redact_key, redact_text
+from ingest.redact import MASK, clip, is_sensitive_key, redact_key, redact_text
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event, natural_id, parse_time
 from schemas.registry import lookup, validate_attributes
@@ -154,7 +154,7 @@ def _dead(stage: str, exc: ParseError | str, payload: str, *, producer: str, ref
     field, reason = (exc.field, exc.reason) if isinstance(exc, ParseError) else ("", exc)
     # redact the whole payload, then cut it: a token cut first would no longer match; the
     # id hashes what arrived, so two inputs that redact alike stay two dead letters
-    text = redact_text(payload)[:_MAX_RECORD_BYTES]
+    text = clip(payload, _MAX_RECORD_BYTES)
     return DeadLetter(
         id=DeadLetter.make_id(stage, payload, ref),
         stage=stage,

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, fill, raw_evidence
+from ingest.base import Adapter, Context, Reject, fill, raw_evidence
 from ingest.canonical import ParseError, loads
 from schemas.registry import REGISTRY
 
@@ -130,10 +130,10 @@ def from_binary(headers: Mapping[str, str], body: bytes) -> str:
 
 
 def load_mapping(path: str) -> dict[str, dict[str, Any]]:
-    import yaml
+    from schemas.documents import load_yaml
 
     with open(path) as handle:
-        data = yaml.safe_load(handle)
+        data = load_yaml(handle.read(), what=path)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: the mapping is an object keyed by CloudEvent type")
     for name, entry in data.items():

@@ -21,12 +21,12 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 
 THERMAL_C = 85.0
 _SAMPLE = re.compile(r"^(?P<name>DCGM_(?:FI|EXP)_\w+)\{(?P<labels>[^}]*)\}\s+(?P<value>[-+\d.eE]+)"
                      r"(?:\s+(?P<ts>\d{10,13}))?\s*$")
-_LABEL = re.compile(r'(?P<k>\w+)="(?P<v>(?:[^"\\]|\\.)*)"')
+_LABEL = re.compile(r'(?<!\w)(?P<k>\w++)="(?P<v>(?:[^"\\]|\\.)*+)"')
 # DCGM clock event reason bits that mean the hardware held the clocks down
 _REASONS = {0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "power_brake"}
 

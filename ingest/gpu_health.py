@@ -24,12 +24,12 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest.adapters import Context, raw_evidence
+from ingest.base import Context, raw_evidence
 from ingest.redact import clip
 
 _MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
 _CJK_MONTH = re.compile(r"^(?P<m>1[0-2]|0?[1-9])\u6708 ")
-_FM_FAIL = re.compile(r"(?:nv-fabricmanager|nvidia-fabricmanager)[\w.-]*(?:\[\d+\])?: .{0,400}?"
+_FM_FAIL = re.compile(r"(?<![\w.-])(?:nv-|nvidia-)fabricmanager[\w.-]*+(?:\[\d+\])?: .{0,400}?"
                       r"(?:failed|FAILURE|[Ee]rror)")
 _GPU_ID = re.compile(r"^\s*(?P<kind>gpuId|physicalId) (?P<id>\d+):\s*$")
 _LINKS = re.compile(r"^\s*[UDX_](?: [UDX_])*\s*$")

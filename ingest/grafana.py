@@ -21,8 +21,8 @@ import hashlib
 import json
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, json_object, raw_evidence
 from ingest.alertmanager import DEFAULT_MAPPING, alert_record
+from ingest.base import Adapter, Context, Reject, json_object, raw_evidence
 from ingest.canonical import ParseError
 
 _LEGACY_STATUS = {"alerting": "firing", "ok": "resolved"}

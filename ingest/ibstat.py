@@ -20,10 +20,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
 
-_WATCH = re.compile(r"^Every [\d.]+s: .*?(?P<host>[\w.-]+): (?P<when>\w{3} \w{3} +\d+ "
+_WATCH = re.compile(r"^Every [\d.]+s: .*?(?<![\w.-])(?P<host>[\w.-]++): (?P<when>\w{3} \w{3} +\d+ "
                     r"\d\d:\d\d:\d\d \d{4})\s*$")
 _CA = re.compile(r"^CA '(?P<dev>[\w-]+)'")
 _PORT = re.compile(r"^\s+Port (?P<port>\d+):\s*$")

@@ -31,7 +31,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from ingest.adapters import Context, Reject, raw_evidence
+from ingest.base import Context, Reject, raw_evidence
 from ingest.redact import clip
 
 _KUBEFLOW_STATES = {"Created": "job.submitted", "Running": "job.started",

@@ -33,9 +33,10 @@ import yaml
 
 from ingest import kubernetes_conditions as conditions
 from ingest import kubernetes_status
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError, loads
 from ingest.redact import clip
+from schemas.documents import DocumentRefused, Limits, load_yaml_all
 
 _ROLE = re.compile(r"-(?:worker|master|launcher|ps|chief|evaluator)(?:-\d+)?$")
 _POD_TYPES = {
@@ -49,14 +50,9 @@ def job_of_pod(name: str) -> str:
     return _ROLE.sub("", name)
 
 
-class _NoAliases(yaml.SafeLoader):
-    """Safe YAML without aliases: `kubectl get -o yaml` never writes them, and an alias bomb
-    would expand a small body into gigabytes."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.YAMLError("YAML aliases are not accepted (expand them)")
-        return super().compose_node(parent, index)
+YAML_LIMITS = Limits(max_bytes=64 * 1024 * 1024, max_depth=64, max_aliases=0, max_nodes=5_000_000)
+"""`kubectl get -o yaml` never writes aliases, and an alias bomb would expand a small body
+into gigabytes; the body's size is bounded by the route that received it."""
 
 
 def _documents(text: str) -> list[Any]:
@@ -81,8 +77,11 @@ def _documents(text: str) -> list[Any]:
     except ValueError:
         pass
     try:
-        docs = [d for d in yaml.load_all(text, Loader=_NoAliases) if d is not None]
-    except yaml.YAMLError as exc:
+        docs = [d for d in load_yaml_all(text, YAML_LIMITS, "YAML") if d is not None]
+    except DocumentRefused as exc:
+        raise ParseError("", f"YAML aliases are not accepted (expand them): {exc}"
+                         if exc.limit == "max_aliases" else str(exc)) from None
+    except (yaml.YAMLError, ValueError) as exc:
         raise ParseError("", f"neither JSON, JSON lines nor YAML: {str(exc)[:200]}") from None
     if not docs or all(isinstance(d, str) for d in docs):
         raise ParseError("", "neither JSON, JSON lines nor YAML objects")
@@ -111,7 +110,7 @@ def _objects(text: str, kind: str = "") -> list[Any]:
 
 
 _DESCRIBE = re.compile(r"(?m)^Events:\s*\n\s+Type\s+Reason\s+Age\s+From\s+Message\s*$")
-_AGE = re.compile(r"(\d+)([dhms])")
+_AGE = re.compile(r"(?<!\d)(\d++)([dhms])")
 
 
 def _age(text: str) -> timedelta | None:

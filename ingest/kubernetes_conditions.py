@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingest.adapters import Context, Reject, raw_evidence
+from ingest.base import Context, Reject, raw_evidence
 from ingest.redact import clip
 
 KUBEFLOW_KINDS = frozenset({"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob",

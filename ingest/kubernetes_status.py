@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingest.adapters import Context, Reject, raw_evidence
+from ingest.base import Context, Reject, raw_evidence
 from ingest.redact import clip
 
 VOLCANO = {"Pending": "job.pending", "Running": "job.started", "Restarting": "job.requeued",

@@ -13,8 +13,11 @@ Recognised, one line at a time unless noted (docs/adapters.md has an example of 
 - progress lines in the documented default format `step=<int> [loss=<float>]
   [step_time=<float>s] [samples_per_s=<float>]` -> `job.step`.
 The shipper names the job (project, job id, attempt) and the node; a line's own ISO timestamp
-(`2026-11-30T08:57:30Z`, or Python logging's `2026-11-30 08:57:30,123`) is its time, else the
-time it was observed. Unrecognised lines are not events and are skipped.
+(`2026-11-30T08:57:30Z`, or Python logging's `2026-11-30 08:57:30,123`) is its time; a line
+with none (Megatron's checkpoint save/load) takes the time of the nearest timed line of the
+same file, before it else after it, and says so (`time_source: previous_line`); only a file
+without timed lines falls back to the time it was observed. Unrecognised lines are not
+events and are skipped.
 """
 
 from __future__ import annotations
@@ -23,15 +26,19 @@ import re
 from typing import Any
 
 from ingest import training_text
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
 from schemas.failure_text import classify
 
 _WATCHDOG = re.compile(
     r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: WorkNCCL\("
-    r"(?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:[^)]*?Timeout\(ms\)=(?P<timeout>\d+))?"
-    r"(?:[^)]*\) ran for (?P<ran>\d+) milliseconds)?")
-_NET_IB = re.compile(r"(?:(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) )?(?:\[(?P<dev>\d+)\] )?"
+    r"(?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:[^)]{0,400}?Timeout\(ms\)=(?P<timeout>\d+))?"
+    r"(?:[^)]{0,400}\) ran for (?P<ran>\d+) milliseconds)?")
+# a pattern that starts with a repeated class starts only where that class does (the
+# lookbehind) and keeps what it took (possessive): a 16 KB run of digits is read once, not
+# 16k times; `.*?` between two parts is bounded. See tests/ingest/test_untrusted_input.py.
+_NET_IB = re.compile(r"(?:(?<![\w.-])(?P<host>[\w.-]++):(?P<pid>\d++):(?P<tid>\d++) )?"
+                     r"(?:\[(?P<dev>\d++)\] )?"
                      r"NCCL WARN NET/IB ?: ?(?P<msg>.+)")
 _IB_DEVICE = re.compile(r"\b(?P<ibdev>mlx5_\d+)(?::(?P<port>\d+))?")
 # progress in the frameworks' own words (NeMo and Lightning share Lightning's bar)
@@ -42,11 +49,11 @@ _LIGHTNING_STEP = re.compile(r"global_step=(?P<step>[\d.]+(?:e\+?\d+)?)")
 _LIGHTNING_LOSS = [re.compile(rf"\b{name}=(?P<loss>[\d.]+)") for name in (
     "reduced_train_loss", "train_loss", "loss")]
 _DEEPSPEED = re.compile(r"\[Rank \d+\] step=(?P<step>\d+), skipped=\d+")
-_HF_BAR = re.compile(r"(?P<step>\d+)/(?P<total>\d+) \[[\d:]+<[\d:?]+, +(?P<rate>[\d.]+)"
+_HF_BAR = re.compile(r"(?<!\d)(?P<step>\d++)/(?P<total>\d++) \[[\d:]++<[\d:?]++, ++(?P<rate>[\d.]+)"
                      r"(?P<unit>s/it|it/s)")
 _MEGATRON_SAVE = re.compile(r"(?P<done>successfully )?saved? checkpoint (?:from|at) iteration\s+"
                             r"(?P<step>\d+) to (?P<path>\S+)", re.I)
-_MEGATRON_LOAD = re.compile(r"successfully loaded checkpoint from (?P<path>\S+).*?at "
+_MEGATRON_LOAD = re.compile(r"successfully loaded checkpoint from (?P<path>\S++).{0,400}?at "
                             r"iteration (?P<step>\d+)", re.I)
 _NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)?)Error)")
 _OOM = re.compile(r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]iB))?"
@@ -79,6 +86,10 @@ def _time(line: str, ctx: Context) -> tuple[str, str]:
     return stamp.time, stamp.source
 
 
+_NEIGHBOURS = 200
+"""How far (lines) an untimed line looks for a timed neighbour in its file."""
+
+
 def _num(value: str) -> float | None:
     try:
         return float(value.rstrip("s"))
@@ -94,6 +105,9 @@ class _Lines:
         """The time of the stamped piece before this one on the same physical line."""
         self.checkpoints: set[tuple[str, int, str]] = set()
         self.bar_step: int | None = None
+        self.index = 0
+        """The line being read (0-based): a record without a time of its own remembers it."""
+        self.untimed: list[tuple[dict[str, Any], int]] = []
 
     def emit(self, line: str, type_: str, attributes: dict[str, Any], *, severity: str = "info",
              scope: str | None = None, entity: str | None = None, node: str | None = None,
@@ -120,7 +134,32 @@ class _Lines:
         node = node or self.ctx.node or None
         record.update({k: v for k, v in (("scope", scope), ("entity", entity), ("node", node))
                        if v})
+        if source == "observed":
+            self.untimed.append((record, self.index))
         self.out.append(record)
+
+    def place(self, lines: list[str]) -> None:
+        """A line that prints no time (Megatron's checkpoint save and load lines) takes the
+        time of the nearest timed line before it in the same file, else the one after it,
+        and says so (`time_source` previous_line / next_line, `time_from_line`); never the
+        time it was read, unless the file has no timed line near it."""
+        cache: dict[int, str | None] = {}
+
+        def timed(n: int) -> str | None:
+            if n not in cache:
+                when, source = _time(lines[n], self.ctx)
+                cache[n] = when if source != "observed" else None
+            return cache[n]
+
+        for record, index in self.untimed:
+            before = range(index - 1, max(-1, index - 1 - _NEIGHBOURS), -1)
+            after = range(index + 1, min(len(lines), index + 1 + _NEIGHBOURS))
+            for where, span in (("previous_line", before), ("next_line", after)):
+                found = next((n for n in span if timed(n) is not None), None)
+                if found is not None:
+                    record["time"] = cache[found]
+                    record["attributes"].update(time_source=where, time_from_line=found + 1)
+                    break
 
 
 def _child_failed(lines: list[str], start: int) -> tuple[list[tuple[bool, dict[str, str]]], int]:
@@ -223,6 +262,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     i = 0
     while i < len(lines):
         line = lines[i]
+        sink.index = i
         i += 1
         if i > 1 and physical[i - 1] == physical[i - 2]:
             own, source = _time(lines[i - 2], ctx)  # glued by \r to the piece before
@@ -320,6 +360,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 if key in ("loss", "step_time", "samples_per_s") and number is not None:
                     attrs["step_time_s" if key == "step_time" else key] = number
             sink.emit(line, "job.step", attrs)
+    sink.place(lines)
     if stepless:
         sink.out.append(Reject("attributes.step", f"{len(stepless)} Trainer loss dict(s) "
                                "without a step: ship the progress bar with them (or log "

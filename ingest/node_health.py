@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingest.adapters import Context, Reject, raw_evidence
+from ingest.base import Context, Reject, raw_evidence
 from ingest.redact import clip
 
 _SXID = re.compile(r"SXid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<sxid>\d+), (?P<sev>Non-fatal|Fatal)"
@@ -16,7 +16,8 @@ _FM = re.compile(r"detected NVSwitch (?P<sev>non-fatal|fatal) error (?P<sxid>\d+
                  r"(?P<pci>[0-9a-fA-F:.]+)(?:.*?port (?P<port>\d+))?", re.I)
 _PANIC = re.compile(r"Kernel panic - not syncing: (?P<why>.+)")
 _OOM_KILL = re.compile(r"Out of memory: Killed process (?P<pid>\d+) \((?P<proc>[^)]+)\)")
-_SEGV = re.compile(r"(?P<proc>[\w.-]+)\[(?P<pid>\d+)\]: segfault at \w+ ip \w+ sp \w+ error \d+"
+_SEGV = re.compile(r"(?<![\w.-])(?P<proc>[\w.-]++)\[(?P<pid>\d+)\]: segfault at \w+ ip \w+ sp "
+                   r"\w+ error \d+"
                    r"(?: in (?P<lib>[^\[\s]+))?")
 _DCGM_ROW = re.compile(r"^\|\s*(?P<left>[^|]*?)\s*\|\s*(?P<right>[^|]*?)\s*\|$")
 _DCGM_CLASS = {"memory": "gpu_hardware", "pcie": "gpu_hardware", "nvlink": "nvlink",

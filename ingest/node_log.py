@@ -36,15 +36,17 @@ from dataclasses import replace
 from typing import Any
 
 from ingest import gpu_health, node_health, xid
-from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
+from ingest.base import Adapter, Context, Reject, line_time, raw_evidence
 from ingest.redact import clip
 
-_MLX_LINK = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]+) (?P<iface>\w+): (?:Port: (?P<port>\d+) )?"
+_MLX_LINK = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]++) (?P<iface>\w++): (?:Port: (?P<port>\d+) )?"
                        r"Link (?P<state>up|down|ACTIVE|DOWN|INIT|ARMED|DOWN_DEFER)\b", re.I)
 _MLX_STATE = {"up": "up", "active": "up", "down": "down", "down_defer": "down"}
 _MLX_MODULE = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]+?):? Port module event(?P<err>\[error\])?"
                          r": module (?P<module>\d+), (?P<what>[^,]+)")
-_LUSTRE_TARGET = re.compile(r"(?P<fs>[\w]+)-(?P<target>(?:OST|MDT)[0-9a-f]{4})")
+# patterns that start with a repeated class start where that class does (the lookbehind), so a
+# long run is tried once, not once per character (tests/ingest/test_untrusted_input.py)
+_LUSTRE_TARGET = re.compile(r"(?<!\w)(?P<fs>\w++)-(?P<target>(?:OST|MDT)[0-9a-f]{4})")
 _LUSTRE_LOST = re.compile(r"Connection to (?P<t>\S+) \(at (?P<nid>[^)]+)\) was lost")
 _LUSTRE_BACK = re.compile(r"Connection restored to (?P<t>\S+)(?: \(at (?P<nid>[^)]+)\))?")
 _LUSTRE_RC = re.compile(r"operation (?P<op>\w+) to node (?P<nid>\S+) failed: rc = (?P<rc>-?\d+)")
@@ -54,9 +56,11 @@ _LUSTRE_SLOW = re.compile(r"timed out for slow reply: \[sent (?P<sent>\d+)/real 
 _LNET = re.compile(r"LNet(?:Error)?: .*?(?:Timed out (?:RDMA with (?P<nid>[\w.:-]+@\w+)|tx(?: for "
                    r"(?P<tx>[\w.:-]+@\w+))?)|peer NI \((?P<peer>[^)]+)\) recovery failed|"
                    r"Error sending \w+ to \d+-(?P<send>[\w.:-]+@\w+))")
-_LUSTRE_DEAD = re.compile(r"(?P<t>[\w-]+-(?:MDT|OST)[0-9a-f]{4}): haven't heard from client "
+_LUSTRE_DEAD = re.compile(r"(?<![\w-])(?P<t>[\w-]+-(?:MDT|OST)[0-9a-f]{4}): haven't heard from "
+                          r"client "
                           r"\S+ \(at (?P<nid>[^)]+)\) in (?P<s>\d+) seconds.*?evicting")
-_LUSTRE_NOCONN = re.compile(r"(?P<t>[\w-]+-(?:MDT|OST)[0-9a-f]{4})(?:_UUID)?: not available for "
+_LUSTRE_NOCONN = re.compile(r"(?<![\w-])(?P<t>[\w-]+-(?:MDT|OST)[0-9a-f]{4})(?:_UUID)?: not "
+                            r"available for "
                             r"connect from (?P<nid>\S+?) \((?P<why>[^)]+)\)")
 _NFS = re.compile(r"nfs: server (?P<server>\S+) (?P<state>not responding|OK)")
 _GPFS_TS = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\d_\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d{4})?): ")

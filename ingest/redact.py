@@ -53,7 +53,7 @@ _CONTEXT: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----.*?"
                 r"(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\Z)", re.S), MASK),
     # scheme://user:password@host (and JSON-escaped scheme:\/\/...) -> keep the user
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*:(?:\\?/){2}[^\s/:@\"']*):[^\s/@\"']+@"),
+    (re.compile(r"(?i)(?<![a-z0-9+.\-])([a-z][a-z0-9+.\-]*+:(?:\\?/){2}[^\s/:@\"']*):[^\s/@\"']+@"),
      rf"\1:{MASK}@"),
     (re.compile(r"(?i)\b(bearer|basic|token|digest|negotiate)(\s+|%20)"
                 r"[A-Za-z0-9\-._~+/]{8,}=*"), rf"\1\2{MASK}"),
@@ -163,8 +163,17 @@ def _detect_secrets_patterns() -> list[re.Pattern[str]]:
                     and value is not RegexBasedDetector and value.__name__ != "IPPublicDetector"
                     and value.__module__ == module.__name__):
                 patterns: Any = getattr(value, "denylist", ())
-                found.extend(p for p in patterns if isinstance(p, re.Pattern))
+                found.extend(_run_start(p) for p in patterns if isinstance(p, re.Pattern))
     return found
+
+
+def _run_start(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """A pattern whose literal prefix opens a greedy run that can fail (OpenAI's legacy
+    `sk-[A-Za-z0-9-_]*...T3BlbkFJ...`) rereads the run at every `sk-` of `sk-sk-sk-...`:
+    start it only where the run starts (`_TOKENS` still masks a key glued to other text)."""
+    if pattern.pattern.startswith("sk-[A-Za-z0-9-_]*"):
+        return re.compile(r"(?<![A-Za-z0-9_-])" + pattern.pattern, pattern.flags)
+    return pattern
 
 
 _KNOWN = _detect_secrets_patterns()
@@ -238,6 +247,16 @@ def redact_key(key: str) -> str:
     return f"{cleaned}#{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
+_CLIP_MARGIN = 4096
+_TOKEN_SPAN = 1024
+
+
 def clip(text: str, limit: int) -> str:
-    """Redact, then cut to `limit` characters (never the other way round)."""
-    return redact_text(text)[:limit]
+    """Redact, then cut to `limit` characters (never the other way round). Only the first
+    `limit` + 4096 characters are redacted, so a 10 MB line costs what its kept part does;
+    the last 1024 redacted characters of that head are not kept, so a token the first cut
+    split (and no pattern then recognises) is never shown."""
+    if len(text) <= limit + _CLIP_MARGIN:
+        return redact_text(text)[:limit]
+    head = redact_text(text[:limit + _CLIP_MARGIN])
+    return head[:min(limit, max(0, len(head) - _TOKEN_SPAN))]

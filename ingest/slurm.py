@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError, loads
 
 _TERMINAL = {

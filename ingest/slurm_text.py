@@ -16,6 +16,10 @@ slurmctld log (adapter `slurmctld`), `[2026-11-30T08:57:40.123] ...` lines (zone
 - `Requeuing JobId=1234 due to failure of node node-041` (also `requeue job JobId=1234 ...`,
   `requeue JobId=1234 ...`) -> `job.requeued` with `reason = NODE_FAIL` and the failed node
   (the attempt is the shipper's, else the attempt running at that time);
+- `_job_complete: requeue JobId=1234 per user/system request` -> `job.requeued`: the next
+  `sched: Allocate JobId=1234 NodeList=...` is the new attempt, on the new node list;
+- a drain reason naming an Xid (NHC's `Xid 79`) puts `xid` on the `node.drained`, which
+  links the drain to that Xid;
 - `job_complete: JobId=1234 ... WTERMSIG 9|WEXITSTATUS N` lines and the rest are not events
   and are skipped. A line that names a node failure we cannot read is dead-lettered.
 Ids are natural (a hash of the line's content), so a line shipped twice is one event.
@@ -27,7 +31,7 @@ import re
 from datetime import UTC
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
+from ingest.base import Adapter, Context, Reject, line_time, raw_evidence
 from ingest.canonical import ParseError
 from ingest.redact import clip
 from ingest.slurm import expand_hostlist, job_records
@@ -136,6 +140,8 @@ _KILL = re.compile(r"(?:_slurm_rpc_kill_job: REQUEST_KILL_JOB " + _JOB + r" uid 
                    r"sched: Cancel of " + _JOB.replace("job>", "job2>") + r" by UID=(?P<uid2>\d+))")
 _ON_FAILED = re.compile(r"Killing " + _JOB + r" on failed node (?P<node>\S+)")
 _TIME_LIMIT = re.compile(r"Time limit exhausted for " + _JOB)
+_REQUEUED = re.compile(r"_job_complete: requeue " + _JOB + r" per (?P<why>[\w/ -]{1,80})")
+_XID = re.compile(r"\bXid\b\D{0,3}(?P<xid>\d{1,4})", re.I)
 _PREEMPTED = re.compile(r"preempted " + _JOB + r" has been requeued")
 _SIGNALS = {9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT", 11: "SIGSEGV", 7: "SIGBUS", 2: "SIGINT"}
 
@@ -155,6 +161,9 @@ def _job_line(body: str) -> tuple[str, str, dict[str, Any], str] | None:
     if m := _ALLOCATE.search(body) or _STARTED.search(body):
         return "job.started", m.group("job"), {"nodes": expand_hostlist(m.group("nodes")),
                                                "partition": m.group("part")}, "info"
+    if m := _REQUEUED.search(body):
+        return "job.requeued", m.group("job"), {"reason": "REQUEUED",
+                                                "detail": m.group("why").strip()}, "warning"
     if m := _ENDED.search(body):
         code = int(m.group("code"))
         if m.group("how") == "WEXITSTATUS":
@@ -199,9 +208,11 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
 
         def node_event(type_: str, node: str, reason: str, severity: str,
                        b: dict[str, Any] = base, msg: str = body) -> dict[str, Any]:
+            attributes = {**b["attributes"], "reason": clip(reason, 200)}
+            if xid := _XID.search(reason):  # an NHC drain naming the Xid it saw
+                attributes["xid"] = int(xid.group("xid"))
             return {**b, "type": type_, "scope": "node", "entity": node, "node": node,
-                    "severity": severity, "message": clip(msg, 500),
-                    "attributes": {**b["attributes"], "reason": clip(reason, 200)}}
+                    "severity": severity, "message": clip(msg, 500), "attributes": attributes}
 
         def node_state(type_: str, node: str, reason: str, severity: str) -> None:
             """A node's state change; `now responding` then `returned to service` (or a
@@ -275,6 +286,7 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 done.add(job)
             if type_ == "job.started":
                 done.discard(job)
+                ended.discard(job)  # a new attempt (after a requeue): its exit is its own
             if not ctx.project:
                 out.append(Reject("project", f"a {type_} line names no project: ship "
                                   "slurmctld logs with the cluster's project "

@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from ingest import slurm_paste
-from ingest.adapters import Adapter, Context, Reject, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError
 from ingest.redact import clip
 from ingest.slurm import expand_hostlist
@@ -215,7 +215,7 @@ def _sinfo_json(doc: dict[str, Any], ctx: Context) -> list[dict[str, Any] | Reje
 
 def parse_sinfo(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     if text.lstrip().startswith("{"):
-        from ingest.adapters import json_object
+        from ingest.base import json_object
 
         return _sinfo_json(json_object(text, "sinfo --json output"), ctx)
     if not text.strip():

@@ -35,11 +35,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-if TYPE_CHECKING:
-    from ingest.adapters import Context
+
+class Context(Protocol):
+    """What placing a line's time needs from the shipper (`ingest.base.Context` has it)."""
+
+    @property
+    def observed_at(self) -> datetime: ...
+    @property
+    def boot_time(self) -> datetime | None: ...
+    @property
+    def tz(self) -> str: ...
+    @property
+    def year(self) -> int | None: ...
+
 
 _MONTHS = {m: i for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"],

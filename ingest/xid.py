@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingest.adapters import Adapter, Context, Reject, line_time, raw_evidence
+from ingest.base import Adapter, Context, Reject, line_time, raw_evidence
 from ingest.redact import clip
 
 # xid -> (class, recommended action, severity)

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from jobtrail.identity.config import OidcConfig
+from jobtrail.identity.principal import ROLES, check_grants
 
 if TYPE_CHECKING:
     from ingest.adapters import AdapterConfig
@@ -77,8 +80,28 @@ class Settings:
     topology_file: Path | None = None
     http_host: str = "127.0.0.1"
     http_port: int = 8080
-    api_tokens: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """token -> projects it may read; empty means the read API is open (local dev only)."""
+    parse_budget_s: float = 30.0
+    """How long one `POST /v1/ingest/{adapter}` payload may take to parse; past it the
+    request is answered 413 and nothing of it is accepted."""
+    api_tokens: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
+    """token -> its grants (projects, `*`, `@infra`, `user:`, `service:`, `role:`, `team:`,
+    `label:`; `jobtrail.identity.principal`). With no token, OIDC or auth proxy configured
+    the API is open (local dev only)."""
+    identity: str = ""
+    """Who the CLI records as acting (`JOBTRAIL_IDENTITY`; default: the OS user)."""
+    session_key: bytes = field(default=b"", repr=False)
+    """Signs browser sessions (`JOBTRAIL_SESSION_KEY`); empty: a random key per process."""
+    session_max_age_s: float = 8 * 3600
+    oidc: OidcConfig | None = None
+    """OpenID Connect login for the web pages (`JOBTRAIL_OIDC_ISSUER`, ...)."""
+    auth_proxy_header: str = ""
+    """A trusted auth proxy's user header (`JOBTRAIL_AUTH_PROXY_HEADER`, e.g. X-WEBAUTH-USER),
+    accepted only from `auth_proxy_addresses`."""
+    auth_proxy_addresses: tuple[str, ...] = ()
+    auth_proxy_teams_header: str = ""
+    auth_proxy_projects_header: str = ""
+    auth_proxy_role_header: str = ""
+    auth_proxy_default_role: str = "viewer"
     alert_mapping: str = ""
     """YAML file adding to/overriding the Alertmanager/Grafana alertname mapping."""
     cloudevents_mapping: str = ""
@@ -116,6 +139,11 @@ class Settings:
     """How often `jobtrail serve` (embedded mode) decides and delivers notifications (0: it
     does not; run `jobtrail notify`, as cluster mode does)."""
 
+    @property
+    def authenticated(self) -> bool:
+        """Whether any credential is configured (else the API is open: local use only)."""
+        return bool(self.api_tokens or self.oidc or self.auth_proxy_header)
+
     def adapter_config(self) -> AdapterConfig:
         """The adapters' mapping files, loaded and validated (raises ValueError naming them)."""
         from ingest.adapters import AdapterConfig
@@ -145,6 +173,8 @@ class Settings:
             if not token or not projects:
                 raise ValueError("JOBTRAIL_API_TOKENS entries look like token=proj-a,proj-b")
             tokens[token.strip()] = tuple(p.strip() for p in projects.split(",") if p.strip())
+            check_grants(tokens[token.strip()])
+        public_url = (env.get("JOBTRAIL_PUBLIC_URL") or "http://localhost:8080").rstrip("/")
         return cls(
             home=Path(env.get("JOBTRAIL_HOME") or "var"),
             clickhouse_dsn=env.get("JOBTRAIL_CLICKHOUSE", ""),
@@ -167,13 +197,19 @@ class Settings:
             topology_file=Path(env["JOBTRAIL_TOPOLOGY"]) if env.get("JOBTRAIL_TOPOLOGY") else None,
             http_host=env.get("JOBTRAIL_HTTP_HOST") or "127.0.0.1",
             http_port=_int(env, "JOBTRAIL_HTTP_PORT", 8080),
+            parse_budget_s=_float(env, "JOBTRAIL_PARSE_BUDGET_S", 30.0),
             alert_mapping=env.get("JOBTRAIL_ALERT_MAPPING", ""),
             cloudevents_mapping=env.get("JOBTRAIL_CLOUDEVENTS_MAPPING", ""),
             rules_file=Path(env["JOBTRAIL_RULES"]) if env.get("JOBTRAIL_RULES") else None,
             api_tokens=tokens,
             log_fsync=_fsync(env.get("JOBTRAIL_LOG_FSYNC") or "always"),
             snapshot_interval_s=_float(env, "JOBTRAIL_SNAPSHOT_INTERVAL_S", 10.0),
-            public_url=(env.get("JOBTRAIL_PUBLIC_URL") or "http://localhost:8080").rstrip("/"),
+            public_url=public_url,
+            identity=(env.get("JOBTRAIL_IDENTITY") or "").strip(),
+            session_key=(env.get("JOBTRAIL_SESSION_KEY") or "").encode(),
+            session_max_age_s=_float(env, "JOBTRAIL_SESSION_MAX_AGE_S", 8 * 3600),
+            oidc=_oidc(env, public_url),
+            **_proxy(env),
             grafana_url=(env.get("JOBTRAIL_GRAFANA_URL") or "http://localhost:3000").rstrip("/"),
             smtp=env.get("JOBTRAIL_SMTP", ""),
             smtp_from=env.get("JOBTRAIL_SMTP_FROM") or "jobtrail@localhost",
@@ -185,6 +221,54 @@ class Settings:
             alert_timeout_s=_float(env, "JOBTRAIL_ALERT_TIMEOUT_S", 10.0),
             channel_env_prefix=_env_prefix(env.get("JOBTRAIL_CHANNEL_ENV_PREFIX")),
         )
+
+
+def _role(env: Mapping[str, str], key: str) -> str:
+    role = env.get(key) or "viewer"
+    if role not in ROLES:
+        raise ValueError(f"{key} must be one of {', '.join(ROLES)}, got {role!r}")
+    return role
+
+
+def _oidc(env: Mapping[str, str], public_url: str) -> OidcConfig | None:
+    issuer = env.get("JOBTRAIL_OIDC_ISSUER") or ""
+    if not issuer:
+        return None
+    client = env.get("JOBTRAIL_OIDC_CLIENT_ID") or ""
+    if not client:
+        raise ValueError("JOBTRAIL_OIDC_CLIENT_ID is required with JOBTRAIL_OIDC_ISSUER")
+    return OidcConfig(
+        issuer=issuer, client_id=client,
+        client_secret=env.get("JOBTRAIL_OIDC_CLIENT_SECRET") or "",
+        redirect_uri=env.get("JOBTRAIL_OIDC_REDIRECT") or f"{public_url}/auth/callback",
+        scopes=env.get("JOBTRAIL_OIDC_SCOPES") or "openid profile email",
+        user_claim=env.get("JOBTRAIL_OIDC_USER_CLAIM") or "preferred_username",
+        teams_claim=env.get("JOBTRAIL_OIDC_TEAMS_CLAIM") or "groups",
+        projects_claim=env.get("JOBTRAIL_OIDC_PROJECTS_CLAIM") or "projects",
+        role_claim=env.get("JOBTRAIL_OIDC_ROLE_CLAIM") or "jobtrail_role",
+        default_role=_role(env, "JOBTRAIL_OIDC_DEFAULT_ROLE"))
+
+
+def _proxy(env: Mapping[str, str]) -> dict[str, Any]:
+    import ipaddress
+
+    header = (env.get("JOBTRAIL_AUTH_PROXY_HEADER") or "").strip()
+    addresses = tuple(a.strip() for a in (env.get("JOBTRAIL_AUTH_PROXY_ADDRESSES") or "")
+                      .split(",") if a.strip())
+    for address in addresses:
+        try:
+            ipaddress.ip_network(address, strict=False)
+        except ValueError:
+            raise ValueError(f"JOBTRAIL_AUTH_PROXY_ADDRESSES: {address!r} is not an address "
+                             "or network") from None
+    if header and not addresses:
+        raise ValueError("JOBTRAIL_AUTH_PROXY_HEADER needs JOBTRAIL_AUTH_PROXY_ADDRESSES (the "
+                         "proxy's addresses: the header is trusted from them only)")
+    return {"auth_proxy_header": header, "auth_proxy_addresses": addresses,
+            "auth_proxy_teams_header": env.get("JOBTRAIL_AUTH_PROXY_TEAMS_HEADER") or "",
+            "auth_proxy_projects_header": env.get("JOBTRAIL_AUTH_PROXY_PROJECTS_HEADER") or "",
+            "auth_proxy_role_header": env.get("JOBTRAIL_AUTH_PROXY_ROLE_HEADER") or "",
+            "auth_proxy_default_role": _role(env, "JOBTRAIL_AUTH_PROXY_DEFAULT_ROLE")}
 
 
 def _fsync(value: str) -> Literal["always", "never"]:

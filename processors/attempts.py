@@ -188,6 +188,19 @@ def _blank(job: JobRecord, event: Event, number: int) -> Attempt:
     )
 
 
+def _number(job: JobRecord, event: Event) -> int:
+    """The attempt of an event that names none: a start goes to the attempt a requeue opened
+    (submitted, not started yet: a slurmctld `sched: Allocate` after a requeue is the new
+    attempt); anything else to the attempt running at its time, else the first."""
+    if event.type == "job.started":
+        waiting = [a.attempt for a in job.attempts.values() if a.started_at is None
+                   and a.submitted_at is not None and a.submitted_at <= event.time
+                   and a.attempt > 1]
+        if waiting:
+            return min(waiting)
+    return job.attempt_at(event.time) or 1
+
+
 def evolve(job: JobRecord | None, event: Event) -> tuple[JobRecord | None, frozenset[int]]:
     """Fold one event into the job's record; returns the record and the attempts it changed."""
     if event.type not in LIFECYCLE_TYPES or not event.job_id:
@@ -198,7 +211,7 @@ def evolve(job: JobRecord | None, event: Event) -> tuple[JobRecord | None, froze
         return job, frozenset()
     # without an attempt number (a slurmctld requeue line) the event belongs to the attempt
     # running at its time, else the first
-    number = event.attempt if event.attempt is not None else job.attempt_at(event.time) or 1
+    number = event.attempt if event.attempt is not None else _number(job, event)
     attempts = dict(job.attempts)
     current = attempts.get(number) or _blank(job, event, number)
     attempts[number] = replace(_apply(current, event), applied=current.applied | {event.id})

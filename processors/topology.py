@@ -42,6 +42,7 @@ class Topology:
         """A digest of the topology file this was built from ('' for none)."""
         self._gpu_pci: dict[str, dict[str, int]] = {}
         self._gpu_pci_default: dict[str, int] = {}
+        self._rack_of: dict[str, str] = {}
 
     @classmethod
     def from_file(cls, spec: TopologyFile) -> Topology:
@@ -55,6 +56,8 @@ class Topology:
                 topology._downlinks[up].add(name)
         topology._gpu_pci_default = {pci_key(k): v for k, v in spec.gpu_pci.items()}
         for node, node_spec in spec.nodes.items():
+            if node_spec.rack:
+                topology._rack_of[node] = node_spec.rack
             if node_spec.gpu_pci:
                 topology._gpu_pci[node] = {pci_key(k): v for k, v in node_spec.gpu_pci.items()}
             for nic, link in node_spec.nics.items():
@@ -99,6 +102,10 @@ class Topology:
         """Leaves the node is cabled to at `time`, and their spines."""
         leaves = {link.switch for link in self.links_of(node, time)}
         return leaves | {spine for leaf in leaves for spine in self._uplinks.get(leaf, ())}
+
+    def rack_of(self, node: str) -> str:
+        """The node's rack, '' when the topology file does not say."""
+        return self._rack_of.get(node, "")
 
     def links_of(self, node: str, time: datetime) -> list[Link]:
         return [link for nic in sorted(self._nics_of.get(node, ()))

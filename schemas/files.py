@@ -8,6 +8,8 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from schemas import documents
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -15,8 +17,8 @@ def load_yaml(path: Path, model: type[M], error: type[ValueError], what: str = "
     """Parse and validate; `error` names the file and the first failing key
     (`nodes.node-001.nics: ...`)."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        data = documents.load_yaml(path.read_text())
+    except (OSError, yaml.YAMLError, documents.DocumentRefused) as exc:
         raise error(f"{path}: {f'cannot read {what}: ' if what else ''}{exc}") from None
     try:
         return model.model_validate(data)

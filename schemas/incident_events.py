@@ -12,9 +12,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+class Actor(BaseModel):
+    """Who did it: a person or a service (from the credential that authenticated the
+    request: the name is the principal's, never one the caller wrote), a team, or a processor
+    and its rule. `credential` labels that credential (`token:ops-bot`, `oidc:<issuer>`,
+    `proxy`, `cli:os-user`, `cli:JOBTRAIL_IDENTITY`); it defaults to '' so the log written
+    before credentials were recorded still folds: there, a person's name was claimed, not
+    known (the API shows it as `unverified`). Processors act under no credential."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["person", "service", "team", "processor"]
+    name: str = Field(min_length=1, max_length=200)
+    rule: str = ""
+    credential: str = Field(default="", max_length=200)
+
+    def label(self) -> str:
+        via = f" via {self.credential}" if self.credential else ""
+        return f"{self.kind}:{self.name}" + (f" (rule {self.rule})" if self.rule else "") + via
 
 
 class Payload(BaseModel):
@@ -99,6 +119,8 @@ class JobImpacted(Payload):
     last_checkpoint_step: int | None = None
     last_checkpoint_at: datetime | None = None
     degraded_since: datetime | None = None
+    failure_step_at: datetime | None = None
+    """When progress first reached the failure step (the setback is measured from it)."""
 
 
 class FailureStepUpdated(Payload):
@@ -110,6 +132,7 @@ class FailureStepUpdated(Payload):
     failure_step: int
     failure_step_source: str = ""  # "job.failed", "job.worker_exited", "progress"
     event_id: str = ""
+    failure_step_at: datetime | None = None
 
 
 class CauseUpdated(Payload):
@@ -199,22 +222,45 @@ class RecoveryVerified(Payload):
 
 class ImpactAssessed(Payload):
     """A failed attempt's loss, split by phase (docs/incidents.md has the formula), or loss
-    charged to this incident from another one (`charged_gpu_hours`)."""
+    charged to this incident from another one (`charged_gpu_hours`).
+
+    v2 counts GPU time once: rework + the wait while the job's GPUs were held
+    (`downtime_s`) + restore; the wait in the queue (`queue_s`) and the job's wall-clock
+    `setback_s` are reported beside it, not counted. v1 also counted the re-done steps
+    (`recompute_s`) a second time; its upcaster takes them out."""
 
     KIND = "impact_assessed"
+    VERSION = 2
+    schema_version: int = 2
     job: JobRef | None = None
     lost_gpu_hours: float | None = None
     lost_steps: int | None = None
     rework_s: float | None = None
     downtime_s: float | None = None
     restore_s: float | None = None
-    recompute_s: float | None = None
+    queue_s: float | None = None
+    setback_s: float | None = None
     degraded_s: float | None = None
     charged_elsewhere_gpu_hours: float | None = None
     charged_gpu_hours: float | None = None
     from_incident: str = ""
     role: str = ""
     why: str = ""
+
+
+def _assessed_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 lost = GPUs x (rework + downtime + restore + recompute): the recompute (re-doing
+    the thrown-away steps) is the same GPU time counted twice, so it is taken out. The GPUs
+    are exact from the stored figures (GPUs = lost x 3600 / total). Queue time and setback
+    were not recorded then: a v1 wait stays counted as held."""
+    out = {k: v for k, v in data.items() if k != "recompute_s"}
+    recompute = float(data.get("recompute_s") or 0.0)
+    lost = float(data.get("lost_gpu_hours") or 0.0)
+    kept = sum(float(data.get(k) or 0.0) for k in ("rework_s", "downtime_s", "restore_s"))
+    if recompute > 0 and lost > 0:
+        gpus = round(lost * 3600 / (kept + recompute))
+        out["lost_gpu_hours"] = round(gpus * kept / 3600, 6)
+    return out
 
 
 class Resolved(Payload):
@@ -369,6 +415,7 @@ PAYLOADS: dict[str, type[Payload]] = {cls.KIND: cls for cls in (
 UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("postmortem_drafted", 1): _drafted_v1,
     ("postmortem_published", 1): _published_v1,
+    ("impact_assessed", 1): _assessed_v1,
 }
 """(kind, stored version) -> a function returning the next version's data."""
 

@@ -105,7 +105,7 @@ def test_a_message_says_what_broke_who_owns_it_and_what_to_do() -> None:
     # the recovery: in words, the loss assessed
     recovered = text(msgs["recovery"])
     assert "Recovery: recovered: progress passed the failure point" in recovered
-    assert "426.67 GPU-hours lost" in recovered
+    assert "298.67 GPU-hours lost" in recovered
     assert "Proposed: " in recovered and "jobtrail incident action-accept" in recovered
     # the timeline opens at the attempt and the incident's time range
     link = msgs["severity"]["links"]["timeline"]

@@ -36,6 +36,9 @@ def test_demo_shows_all_five_sources_and_is_idempotent(tmp_path: Path) -> None:
     assert "attempt 1: failed" in first.stdout and "attempt 2: completed" in first.stdout
     assert "rank-0 .. rank-504 (x64)" in first.stdout
     assert "abc123secretvalue7" not in first.stdout
+    # GPU time counted once (issue 27): 512 x (rework 5m10s + held 4m + restore 2m) = 95.29
+    assert "95.29 GPU-hours and 250 steps lost" in first.stdout
+    assert "not counted: setback 11.5 min, queue 0.0 min" in first.stdout
     second = _run("demo", "--no-colour", home=tmp_path)
     assert "stored 0, duplicates 166" in second.stdout
     stats = json.loads(_run("stats", home=tmp_path).stdout)

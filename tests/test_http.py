@@ -234,22 +234,28 @@ def test_incident_routes_are_bound_to_the_token_projects(store: Store, tmp_path:
         assert (await client.get(url)).status == 401
         shown = await (await client.get(url, headers=mine)).json()
         assert shown["jobs"][0]["job_id"] == "j" and shown["log"][0]["kind"] == "opened"
-        ack = {"command": "ack", "by": "alice", "command_id": "http-1"}
+        claimed = await client.post(f"{url}/commands", headers=mine, json={
+            "command": "ack", "by": "bob", "command_id": "http-0"})
+        assert claimed.status == 422 and "taken from your credential" in (
+            await claimed.json())["error"]
+        ack = {"command": "ack", "command_id": "http-1"}
         first = await client.post(f"{url}/commands", json=ack, headers=mine)
         assert first.status == 200
-        assert [e["kind"] for e in (await first.json())["events"]] == ["acknowledged"]
+        (acked,) = (await first.json())["events"]
+        assert acked["kind"] == "acknowledged"
+        assert acked["actor"] == {"kind": "person", "name": "alice", "rule": "",
+                                  "credential": "token:alice-laptop"}
         again = await (await client.post(f"{url}/commands", json=ack, headers=mine)).json()
         assert again == {"events": []}  # idempotent by command id
         refused = await client.post(f"{url}/commands", headers=mine,
-                                    json={"command": "close", "by": "alice",
-                                          "command_id": "http-2"})
+                                    json={"command": "close", "command_id": "http-2"})
         assert refused.status == 409
         assert "cannot go to closed from acknowledged" in (await refused.json())["error"]
         bad = await client.post(f"{url}/commands", headers=mine,
-                                json={"command": "explode", "by": "alice", "command_id": "x"})
+                                json={"command": "explode", "command_id": "x"})
         assert bad.status == 422 and (await bad.json())["error"].startswith("command:")
         assert (await client.post(f"{url}/commands", headers=theirs, json=ack)).status == 404
 
-    settings = Settings(home=tmp_path, api_tokens={"tok-a": ("llm-pretrain",),
-                                                   "tok-b": ("other",)})
+    settings = Settings(home=tmp_path, api_tokens={
+        "tok-a": ("llm-pretrain", "user:alice", "label:alice-laptop"), "tok-b": ("other",)})
     _serve(settings, backend, scenario)

@@ -22,7 +22,9 @@ from tests.trust_kit import cli, http, serve
 STORY = "ib-flap-64"
 GOOD_MONITOR = "signals:\n  - name: ib-port-flap\n    threshold: {count: 1, window_s: 300}\n"
 BAD_MONITOR = "signals:\n  - name: ib-port-flap\n    threshold: {count: 9, window_s: 300}\n"
-TOKENS = "tok-llm=llm-pretrain;tok-vision=vision;tok-ops=*"
+TOKENS = ("tok-llm=llm-pretrain,user:ic-ana,role:commander;"
+          "tok-cy=llm-pretrain,user:lead-cy,role:commander;"
+          "tok-rita=llm-pretrain,user:rita,role:responder;tok-vision=vision;tok-ops=*")
 EVIL = "p2<script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
 
 
@@ -48,7 +50,9 @@ def test_cli_takes_a_sev1_postmortem_from_draft_to_published(tmp_path: Path) -> 
     home, env, inc = _home(tmp_path)
 
     def run(*args: str, ok: bool = True) -> Any:
-        out = cli(home, *args, env=env, check=False)
+        # the CLI records who runs it: JOBTRAIL_IDENTITY, which `--by` may only repeat
+        who = args[args.index("--by") + 1] if "--by" in args else "ic-ana"
+        out = cli(home, *args, env={**env, "JOBTRAIL_IDENTITY": who}, check=False)
         assert (out.returncode == 0) == ok, f"{args}: {out.stdout}{out.stderr}"
         return out
 
@@ -60,7 +64,7 @@ def test_cli_takes_a_sev1_postmortem_from_draft_to_published(tmp_path: Path) -> 
     assert "[x] Postmortem drafted" in shown and "[ ] Postmortem published" in shown
     assert "blameless check: contributing: 'should have'" in shown
     assert "## Contributing factors\n\n*human" in shown
-    assert "426.7 GPU-hours were lost" in shown
+    assert "298.7 GPU-hours were lost" in shown
 
     assert "section must be one of" in run("postmortem", "edit", inc, "nonsense", "--text",
                                            "x", "--by", "ic-ana", ok=False).stderr
@@ -78,7 +82,7 @@ def test_cli_takes_a_sev1_postmortem_from_draft_to_published(tmp_path: Path) -> 
     cut = yaml.safe_load(sample.read_text())
     assert cut["expect"]["incidents"][0]["class"] == "network"
     assert cut["expect"]["incidents"][0]["entity"] == "leaf-01/p2"
-    assert cut["expect"]["incidents"][0]["lost_gpu_hours"] == pytest.approx(426.666667)
+    assert cut["expect"]["incidents"][0]["lost_gpu_hours"] == pytest.approx(298.666667)
     assert "ok   " in run("scenario", "check", str(sample)).stdout
     # a sample whose expectation the replay does not meet fails the runner
     wrong = tmp_path / "learned" / "wrong.yaml"
@@ -157,42 +161,48 @@ def test_http_takes_a_sev1_postmortem_from_draft_to_published(tmp_path: Path) ->
             return http("POST", f"{base}/{verb}", body, token=token)
 
         assert http("GET", base, token="tok-vision").status == 404
-        assert post("draft", "tok-vision", by="v").status == 404
-        drafted = post("draft", by="ic-ana", owner="ic-ana")
+        assert post("draft", "tok-vision").status == 404
+        drafted = post("draft", owner="ic-ana")
         assert drafted.status == 200, drafted.body
         assert drafted.body["postmortem"]["status"] == "draft"
         assert [e["kind"] for e in drafted.body["events"]] == ["postmortem_drafted"]
-        again = post("edit", by="ic-ana", section="lucky", text="It was a quiet day.",
+        again = post("edit", section="lucky", text="It was a quiet day.",
                      command_id="edit-1")
-        assert post("edit", by="ic-ana", section="lucky", text="It was a quiet day.",
+        assert post("edit", section="lucky", text="It was a quiet day.",
                     command_id="edit-1").body["events"] == []  # a resent command is a no-op
         assert again.status == 200
-        assert post("edit", by="ic-ana", section="lucky").status == 422
-        assert post("edit", by="ic-ana", section="contributing",
-                    text="The cable was old.").status == 200
-        assert post("review", by="ic-ana", reviewers=["lead-cy"]).status == 200
-        author = post("approve", by="ic-ana")
+        assert post("edit", section="lucky").status == 422
+        assert post("edit", section="contributing", text="The cable was old.").status == 200
+        assert post("review", reviewers=["lead-cy"]).status == 200
+        author = post("approve")
         assert author.status == 409 and "must not be an author" in author.body["error"]
-        assert post("approve", by="lead-cy").status == 200
-        gated = post("publish", by="ic-ana")
+        claimed = post("approve", by="lead-cy")  # the author's token writing another name
+        assert claimed.status == 422 and "taken from your credential" in claimed.body["error"]
+        responder = post("approve", "tok-rita")  # a different principal, not a commander
+        assert responder.status == 403 and "needs the commander role" in responder.body["error"]
+        approved = post("approve", "tok-cy")
+        assert approved.status == 200, approved.body
+        assert approved.body["postmortem"]["approved_by"] == "lead-cy"
+        assert approved.body["events"][0]["actor"]["credential"].startswith("token:")
+        gated = post("publish")
         assert gated.status == 409 and "missing sample, monitor, runbook" in gated.body["error"]
-        assert post("learning", by="ic-ana", learning="runbook").status == 422
+        assert post("learning", learning="runbook").status == 422
 
-        sample = post("sample", by="ic-ana")
+        sample = post("sample")
         assert sample.status == 200, sample.body
         recorded = sample.body["learnings"]["sample"]
         assert "network on leaf-01/p2 owned by network" in recorded["check"]
         cut = Path(recorded["path"])
         assert cut.is_relative_to(home) and cut.exists()
         assert "ok   " in cli(home, "scenario", "check", str(cut)).stdout
-        worse = post("monitor", by="ic-ana", rules=BAD_MONITOR)
+        worse = post("monitor", rules=BAD_MONITOR)
         assert worse.status == 422 and "opens no earlier" in worse.body["error"]
-        assert post("monitor", by="ic-ana", rules="[not, a, mapping]").status == 422
-        monitor = post("monitor", by="ic-ana", rules=GOOD_MONITOR)
+        assert post("monitor", rules="[not, a, mapping]").status == 422
+        monitor = post("monitor", rules=GOOD_MONITOR)
         assert monitor.status == 200, monitor.body
         assert "50 s earlier" in monitor.body["learnings"]["monitor"]["check"]
-        assert post("runbook", by="ic-ana").status == 200
-        published = post("publish", by="ic-ana")
+        assert post("runbook").status == 200
+        published = post("publish")
         assert published.status == 200, published.body
         assert published.body["postmortem"]["status"] == "published"
         assert published.body["postmortem"]["digest"]
@@ -224,12 +234,13 @@ def test_the_review_page_in_a_real_browser_runs_no_injected_script(tmp_path: Pat
     raw = (scenarios.LIBRARY / f"{STORY}.yaml").read_text().replace("leaf-01/p2",
                                                                     f"leaf-01/{EVIL}")
     home, env, inc = _home(tmp_path, raw)
-    cli(home, "postmortem", "draft", inc, "--by", "ic-ana", env=env)
-    cli(home, "postmortem", "edit", inc, "went_badly", "--by", "ic-ana",
+    ana = {**env, "JOBTRAIL_IDENTITY": "ic-ana"}
+    cli(home, "postmortem", "draft", inc, env=ana)
+    cli(home, "postmortem", "edit", inc, "went_badly",
         "--text=<script>window.pwned=3</script><img src=x onerror=\"window.pwned=4\"> "
-        "[docs](javascript:window.pwned=5) human error", env=env)
-    cli(home, "postmortem", "edit", inc, "contributing", "--by", "ic-ana",
-        "--text", "The cable was past its service life.", env=env)
+        "[docs](javascript:window.pwned=5) human error", env=ana)
+    cli(home, "postmortem", "edit", inc, "contributing",
+        "--text", "The cable was past its service life.", env=ana)
     with serve(home, {**env, "JOBTRAIL_API_TOKENS": TOKENS}) as server, \
             sync_playwright() as p:
         browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
@@ -238,10 +249,18 @@ def test_the_review_page_in_a_real_browser_runs_no_injected_script(tmp_path: Pat
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             url = f"{server.url}/incidents/{inc}/postmortem"
-            assert page.goto(url).status == 401  # no token, no page
-            login = page.request.post(f"{server.url}/ui/login", form={"token": "tok-llm"})
-            assert login.status == 200
-            assert page.goto(url).status == 200
+
+            def sign_in(token: str) -> None:
+                # not signed in: the page sends the browser to sign in, not a JSON 401
+                assert page.goto(url).status == 200
+                assert "/auth/login?next=" in page.url
+                page.fill("input[name=token]", token)
+                with page.expect_navigation(timeout=30_000):
+                    page.click("form button")
+                assert page.url == url
+
+            sign_in("tok-llm")
+            assert page.locator("#viewer").inner_text() == "Signed in as ic-ana (commander)"
             assert page.evaluate("typeof window.pwned") == "undefined"
             assert page.locator("main#postmortem script, main#postmortem img").count() == 0
             assert "<script>window.pwned=1</script>" in page.locator("h1").inner_text()
@@ -249,9 +268,8 @@ def test_the_review_page_in_a_real_browser_runs_no_injected_script(tmp_path: Pat
             assert page.locator("#pm-status").inner_text() == "draft"
             assert "went_badly: “human error”" in page.locator("#warnings").inner_text()
 
-            def click(verb: str, by: str, ok: bool = True) -> str:
+            def click(verb: str, ok: bool = True) -> str:
                 # locator expectations, not wait_for_function: the page's CSP forbids eval
-                page.fill("input[name=by]", by)
                 if not ok:
                     page.click(f"button[data-verb='{verb}']")
                     expect(page.locator("#outcome")).not_to_be_empty(timeout=30_000)
@@ -260,10 +278,14 @@ def test_the_review_page_in_a_real_browser_runs_no_injected_script(tmp_path: Pat
                     page.click(f"button[data-verb='{verb}']")
                 return page.locator("#pm-status").inner_text()
 
-            assert click("review", "ic-ana") == "in_review"
-            assert "must not be an author" in click("approve", "ic-ana", ok=False)
-            assert click("approve", "lead-cy") == "approved"
-            assert "missing sample, monitor, runbook" in click("publish", "ic-ana", ok=False)
+            assert click("review") == "in_review"
+            assert "must not be an author" in click("approve", ok=False)
+            with page.expect_navigation(timeout=30_000):
+                page.click("#logout button")
+            assert "Signed out" in page.content()
+            sign_in("tok-cy")
+            assert click("approve") == "approved"
+            assert "missing sample, monitor, runbook" in click("publish", ok=False)
             assert page.evaluate("typeof window.pwned") == "undefined"
             assert errors == []
         finally:

@@ -126,7 +126,7 @@ def test_the_summary_is_plain_words_and_the_trigger_is_not_repeated() -> None:
     assert summary == ("On 2026-11-30 at 10:00 leaf-01/p2 began to flap; job pretrain (512 "
                        "GPUs) lost its NCCL connections and failed at 10:11 (step 1200); it "
                        "was restarted from the 09:50 checkpoint (step 1000) and was back at "
-                       "10:25; 426.7 GPU-hours were lost.")
+                       "10:25; 298.7 GPU-hours were lost.")
     explanation = inc.explanation.rstrip(". ")
     markdown = draft.markdown(inc)
     assert markdown.count(explanation[:60]) == 1  # in Trigger, once

@@ -242,10 +242,10 @@ def test_a_shared_incident_shows_each_project_only_its_own(tmp_path: Path) -> No
         (full,) = http("GET", f"{server.url}/v1/incidents", token="tok-ops").body["incidents"]
         assert full["impacted_jobs"] == 2
         url = f"{server.url}/v1/incidents/{full['incident_id']}"
-        note = {"command": "note", "by": "vera", "command_id": "n1",
+        note = {"command": "note", "command_id": "n1",
                 "data": {"text": "vision sees loss spikes at 09:04"}}
         assert http("POST", f"{url}/commands", note, token="tok-vision").status == 200
-        action = {"command": "add_action", "by": "vera", "command_id": "a1",
+        action = {"command": "add_action", "command_id": "a1",
                   "data": {"title": "vision: re-run eval", "owner": "vera"}}
         assert http("POST", f"{url}/commands", action, token="tok-vision").status == 200
         listed = http("GET", f"{server.url}/v1/incidents", token="tok-llm").body["incidents"]
@@ -263,7 +263,7 @@ def test_a_shared_incident_shows_each_project_only_its_own(tmp_path: Path) -> No
             "vision: re-run eval"]
         assert any(e["kind"] == "note_added" for e in vision["log"])
         # lifecycle commands on a shared incident are not one tenant's to take
-        resolve = {"command": "resolve", "by": "vera", "command_id": "r1"}
+        resolve = {"command": "resolve", "command_id": "r1"}
         refused = http("POST", f"{url}/commands", resolve, token="tok-vision")
         assert refused.status == 403 and "other project" in refused.body["error"]
         assert http("POST", f"{url}/commands", resolve, token="tok-ops").status == 200

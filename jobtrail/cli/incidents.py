@@ -84,10 +84,14 @@ def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_jso
                    f"{j['failure_step']}, checkpoint {j['last_checkpoint_step']}, "
                    f"{j['recovery']}, {j['lost_gpu_hours']:.2f} GPU-h")
         split = [(name, j.get(f"{name}_s") or 0) for name in
-                 ("rework", "downtime", "restore", "recompute", "degraded")]
+                 ("rework", "downtime", "restore", "degraded")]
         if any(seconds for _, seconds in split):
             click.echo("      lost time: " + ", ".join(f"{name} {seconds / 60:.1f} min"
                                                       for name, seconds in split if seconds))
+        beside = [(name, j.get(f"{name}_s") or 0) for name in ("setback", "queue")]
+        if any(seconds for _, seconds in beside):
+            click.echo("      not counted: " + ", ".join(f"{name} {seconds / 60:.1f} min"
+                                                        for name, seconds in beside))
     click.echo(f"  evidence ({len(f['evidence'])}):")
     for e, count, last in _grouped(f["evidence"])[:30]:
         entity = e["entity"] if count == 1 else f"{e['entity']} .. {last} (x{count})"
@@ -103,6 +107,8 @@ def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_jso
     for entry in changes[-20:]:
         who = f"{entry['actor_kind']}:{entry['actor']}" + (f"/{entry['rule']}" if entry["rule"]
                                                            else "")
+        if entry.get("credential"):
+            who += f" via {entry['credential']}"
         at = entry["data"].get("at") if isinstance(entry.get("data"), dict) else None
         happened = f" (happened {str(at)[:16].replace('T', ' ')})" if at else ""
         ref = f"  [{entry['id']}]" if entry["actor_kind"] != "processor" and entry.get("id") \
@@ -124,16 +130,30 @@ def _grouped(evidence: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int, 
     return out
 
 
-def _command(ctx: click.Context, incident_id: str, command: str, by: str,
+def operator(settings: Any) -> Any:
+    """Who runs the CLI: `JOBTRAIL_IDENTITY` when configured, else the OS user."""
+    from jobtrail.identity import cli_principal
+
+    try:
+        os_user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for the uid (a container)
+        os_user = ""
+    return cli_principal(settings.identity, os_user)
+
+
+def _command(ctx: click.Context, incident_id: str, command: str, by: str | None,
              data: dict[str, Any], command_id: str | None, at: datetime | None = None) -> None:
-    from processors.incidents.model import Actor, Command, InvalidTransition
+    from processors.incidents.model import Command, InvalidTransition
 
     settings = _settings(ctx)
+    who = operator(settings)
+    if by is not None and by != who.name:
+        raise click.ClickException(
+            f"--by {by}: the CLI records who runs it ({who.name}, {who.credential}), never "
+            "a name given here; set JOBTRAIL_IDENTITY to the operator's configured identity")
     try:
         cmd = Command(command_id=command_id or f"cli-{uuid.uuid4().hex[:12]}",
-                      incident_id=incident_id, command=command,
-                      actor=Actor(kind="team" if by.startswith("team:") else "person",
-                                  name=by.removeprefix("team:")),
+                      incident_id=incident_id, command=command, actor=who.actor(),
                       time=datetime.now(UTC), data=data, at=at)
         cmd.payload()  # a bad field or an `at` still to come is refused before the runtime
     except InvalidTransition as exc:
@@ -156,8 +176,9 @@ def _command(ctx: click.Context, incident_id: str, command: str, by: str,
         click.echo(f"{incident_id} #{event.seq} {event.kind} by {event.actor.label()}")
 
 
-_BY = click.option("--by", default=lambda: getpass.getuser(), show_default="$USER",
-                   help="Who does it (a person, or team:NAME)")
+_BY = click.option("--by", default=None, hidden=True,
+                   help="Refused unless it names who runs the CLI (JOBTRAIL_IDENTITY or the "
+                        "OS user): the log records the operator, not a claimed name")
 _ID = click.option("--command-id", default=None, help="Idempotency key (default: random)")
 
 
@@ -189,7 +210,7 @@ def _simple(name: str, command: str, doc: str) -> None:
     @_ID
     @_AT
     @click.pass_context
-    def run(ctx: click.Context, incident_id: str, by: str, command_id: str | None,
+    def run(ctx: click.Context, incident_id: str, by: str | None, command_id: str | None,
             at: datetime | None) -> None:
         _command(ctx, incident_id, command, by, {}, command_id, at)
 
@@ -201,7 +222,7 @@ def _simple(name: str, command: str, doc: str) -> None:
 @_ID
 @_AT
 @click.pass_context
-def mitigate(ctx: click.Context, incident_id: str, text: str, by: str,
+def mitigate(ctx: click.Context, incident_id: str, text: str, by: str | None,
              command_id: str | None, at: datetime | None) -> None:
     """Mark mitigated (impact stopped), saying what stopped it."""
     _command(ctx, incident_id, "mitigate", by, {"text": text} if text else {}, command_id, at)
@@ -215,7 +236,7 @@ def mitigate(ctx: click.Context, incident_id: str, text: str, by: str,
 @_ID
 @_AT
 @click.pass_context
-def page(ctx: click.Context, incident_id: str, who: str, why: str, by: str,
+def page(ctx: click.Context, incident_id: str, who: str, why: str, by: str | None,
          command_id: str | None, at: datetime | None) -> None:
     """Record that WHO (a person or team) was paged or called in."""
     _command(ctx, incident_id, "page", by, {"who": who, **({"why": why} if why else {})},
@@ -232,7 +253,7 @@ def page(ctx: click.Context, incident_id: str, who: str, why: str, by: str,
 @_ID
 @click.pass_context
 def correct_time(ctx: click.Context, incident_id: str, event_id: str, at: datetime | None,
-                 why: str, by: str, command_id: str | None) -> None:
+                 why: str, by: str | None, command_id: str | None) -> None:
     """Correct when a person's event (EVENT_ID, from `incident show`) happened; the original
     record stays in the log."""
     _command(ctx, incident_id, "correct_time", by,
@@ -252,7 +273,7 @@ for _name, _cmd, _doc in [("ack", "ack", "Acknowledge: someone is on it."),
 @_BY
 @_ID
 @click.pass_context
-def close(ctx: click.Context, incident_id: str, force: bool, reason: str, by: str,
+def close(ctx: click.Context, incident_id: str, force: bool, reason: str, by: str | None,
           command_id: str | None) -> None:
     """Close a resolved incident (the checklist done: `jobtrail postmortem show`)."""
     data: dict[str, Any] = {"force": True, "reason": reason} if force else {}
@@ -267,7 +288,7 @@ def close(ctx: click.Context, incident_id: str, force: bool, reason: str, by: st
 @_ID
 @_AT
 @click.pass_context
-def assign(ctx: click.Context, incident_id: str, team: str, why: str, by: str,
+def assign(ctx: click.Context, incident_id: str, team: str, why: str, by: str | None,
            command_id: str | None, at: datetime | None = None) -> None:
     """Reassign to TEAM (an event in the log; the detector will not route it back)."""
     data = {"team": team, **({"why": why} if why else {})}
@@ -281,7 +302,7 @@ def assign(ctx: click.Context, incident_id: str, team: str, why: str, by: str,
 @_ID
 @_AT
 @click.pass_context
-def commander(ctx: click.Context, incident_id: str, person: str, by: str,
+def commander(ctx: click.Context, incident_id: str, person: str, by: str | None,
               command_id: str | None, at: datetime | None = None) -> None:
     """Name the incident commander."""
     _command(ctx, incident_id, "commander", by, {"person": person}, command_id, at)
@@ -294,7 +315,7 @@ def commander(ctx: click.Context, incident_id: str, person: str, by: str,
 @_ID
 @_AT
 @click.pass_context
-def note(ctx: click.Context, incident_id: str, text: str, by: str,
+def note(ctx: click.Context, incident_id: str, text: str, by: str | None,
          command_id: str | None, at: datetime | None = None) -> None:
     """Add a note to the incident's log."""
     _command(ctx, incident_id, "note", by, {"text": text}, command_id, at)
@@ -308,7 +329,7 @@ def note(ctx: click.Context, incident_id: str, text: str, by: str,
 @_ID
 @_AT
 @click.pass_context
-def severity(ctx: click.Context, incident_id: str, level: str, why: str, by: str,
+def severity(ctx: click.Context, incident_id: str, level: str, why: str, by: str | None,
              command_id: str | None, at: datetime | None = None) -> None:
     """Override the severity."""
     _command(ctx, incident_id, "severity", by, {"severity": level, "why": why}, command_id, at)
@@ -334,7 +355,7 @@ def _given(**fields: object) -> dict[str, object]:
 @_ID
 @click.pass_context
 def action(ctx: click.Context, incident_id: str, title: str, owner: str, due: str,
-           kind: str | None, priority: str | None, tracker: str, by: str,
+           kind: str | None, priority: str | None, tracker: str, by: str | None,
            command_id: str | None) -> None:
     """Add a follow-up action."""
     _command(ctx, incident_id, "add_action", by,
@@ -358,7 +379,7 @@ def action(ctx: click.Context, incident_id: str, title: str, owner: str, due: st
 @click.pass_context
 def action_update(ctx: click.Context, incident_id: str, action_id: str, title: str | None,
                   owner: str | None, due: str | None, kind: str | None,
-                  priority: str | None, tracker: str | None, reason: str | None, by: str,
+                  priority: str | None, tracker: str | None, reason: str | None, by: str | None,
                   command_id: str | None) -> None:
     """Change a follow-up's owner, due date, kind, priority or tracker, or mark it not doing."""
     fields = _given(title=title, owner=owner, due=due, kind=kind, priority=priority,
@@ -377,7 +398,7 @@ def action_update(ctx: click.Context, incident_id: str, action_id: str, title: s
 @_BY
 @_ID
 @click.pass_context
-def action_done(ctx: click.Context, incident_id: str, action_id: str, by: str,
+def action_done(ctx: click.Context, incident_id: str, action_id: str, by: str | None,
                 command_id: str | None) -> None:
     """Mark a follow-up action done."""
     _command(ctx, incident_id, "update_action", by, {"action_id": action_id, "status": "done"},
@@ -393,7 +414,7 @@ def action_done(ctx: click.Context, incident_id: str, action_id: str, by: str,
 @_ID
 @click.pass_context
 def action_accept(ctx: click.Context, incident_id: str, action_id: str, owner: str, due: str,
-                  by: str, command_id: str | None) -> None:
+                  by: str | None, command_id: str | None) -> None:
     """Accept a proposed follow-up (it becomes an open action)."""
     _command(ctx, incident_id, "accept_action", by,
              {"action_id": action_id, **_given(owner=owner, due=due)}, command_id)
@@ -406,8 +427,8 @@ def action_accept(ctx: click.Context, incident_id: str, action_id: str, owner: s
 @_BY
 @_ID
 @click.pass_context
-def action_dismiss(ctx: click.Context, incident_id: str, action_id: str, reason: str, by: str,
-                   command_id: str | None) -> None:
+def action_dismiss(ctx: click.Context, incident_id: str, action_id: str, reason: str,
+                   by: str | None, command_id: str | None) -> None:
     """Dismiss a proposed follow-up, saying why."""
     _command(ctx, incident_id, "dismiss_action", by,
              {"action_id": action_id, "reason": reason}, command_id)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from jobtrail.cli.common import _settings, _store
 from jobtrail.cli.incidents import _BY, _ID, _command
@@ -39,7 +38,7 @@ def postmortem() -> None:
 @_BY
 @_ID
 @click.pass_context
-def draft_cmd(ctx: click.Context, incident_id: str, owner: str, by: str,
+def draft_cmd(ctx: click.Context, incident_id: str, owner: str, by: str | None,
               command_id: str | None) -> None:
     """Draft (or re-draft) from the incident's facts; people's sections are kept."""
     _command(ctx, incident_id, "draft_postmortem", by, {"owner": owner} if owner else {},
@@ -86,7 +85,7 @@ def show(ctx: click.Context, incident_id: str, as_json: bool) -> None:
 @_ID
 @click.pass_context
 def edit(ctx: click.Context, incident_id: str, section: str, text: str | None,
-         path: Path | None, by: str, command_id: str | None) -> None:
+         path: Path | None, by: str | None, command_id: str | None) -> None:
     """Write SECTION by hand (it is never overwritten by a re-draft)."""
     body = text if text is not None else (path.read_text() if path else click.get_text_stream(
         "stdin").read())
@@ -118,7 +117,7 @@ def amend(ctx: click.Context, incident_id: str, section: str, why: str, text: st
 @_BY
 @_ID
 @click.pass_context
-def review(ctx: click.Context, incident_id: str, reviewers: tuple[str, ...], by: str,
+def review(ctx: click.Context, incident_id: str, reviewers: tuple[str, ...], by: str | None,
            command_id: str | None) -> None:
     """Ask for review (draft -> in_review)."""
     _command(ctx, incident_id, "request_review", by, {"reviewers": list(reviewers)},
@@ -131,7 +130,7 @@ def review(ctx: click.Context, incident_id: str, reviewers: tuple[str, ...], by:
 @_BY
 @_ID
 @click.pass_context
-def request_changes(ctx: click.Context, incident_id: str, comment: str, by: str,
+def request_changes(ctx: click.Context, incident_id: str, comment: str, by: str | None,
                     command_id: str | None) -> None:
     """Send it back to the authors (in_review -> draft)."""
     _command(ctx, incident_id, "request_changes", by, {"comment": comment}, command_id)
@@ -143,7 +142,7 @@ def request_changes(ctx: click.Context, incident_id: str, comment: str, by: str,
 @_BY
 @_ID
 @click.pass_context
-def approve(ctx: click.Context, incident_id: str, comment: str, by: str,
+def approve(ctx: click.Context, incident_id: str, comment: str, by: str | None,
             command_id: str | None) -> None:
     """Approve (in_review -> approved); the approver must not be an author."""
     _command(ctx, incident_id, "approve_postmortem", by, {"comment": comment}, command_id)
@@ -154,7 +153,7 @@ def approve(ctx: click.Context, incident_id: str, comment: str, by: str,
 @_BY
 @_ID
 @click.pass_context
-def publish(ctx: click.Context, incident_id: str, by: str, command_id: str | None) -> None:
+def publish(ctx: click.Context, incident_id: str, by: str | None, command_id: str | None) -> None:
     """Publish (approved -> published); sev1-2 need their learnings recorded first."""
     _command(ctx, incident_id, "publish_postmortem", by, {}, command_id)
 
@@ -165,7 +164,7 @@ def publish(ctx: click.Context, incident_id: str, by: str, command_id: str | Non
 @_BY
 @_ID
 @click.pass_context
-def waive(ctx: click.Context, incident_id: str, reason: str, by: str,
+def waive(ctx: click.Context, incident_id: str, reason: str, by: str | None,
           command_id: str | None) -> None:
     """No postmortem for this incident, and why."""
     _command(ctx, incident_id, "waive_postmortem", by, {"reason": reason}, command_id)
@@ -193,7 +192,7 @@ def _default_dir(preferred: str, home: Path, fallback: str) -> Path:
     return here if here.is_dir() else home / "learnings" / fallback
 
 
-def _record(ctx: click.Context, incident_id: str, by: str, learning: str,
+def _record(ctx: click.Context, incident_id: str, by: str | None, learning: str,
             data: dict[str, Any], command_id: str | None) -> None:
     _command(ctx, incident_id, "record_learning", by, {**data, "learning": learning},
              command_id)
@@ -207,15 +206,16 @@ def _record(ctx: click.Context, incident_id: str, by: str, learning: str,
 @_BY
 @_ID
 @click.pass_context
-def sample(ctx: click.Context, incident_id: str, out: Path | None, by: str,
+def sample(ctx: click.Context, incident_id: str, out: Path | None, by: str | None,
            command_id: str | None) -> None:
     """Cut a replayable failure sample from the incident's events, replay it, record it."""
     from jobtrail.learn.lessons import LearningFailed, learning_data, write_sample
+    from schemas.documents import load_yaml
 
     settings = _settings(ctx)
     inc = _state(ctx, incident_id)
-    spec = yaml.safe_load(settings.topology_file.read_text()) if settings.topology_file \
-        else None
+    spec = load_yaml(settings.topology_file.read_text(), what=str(settings.topology_file)) \
+        if settings.topology_file else None
     target = out or _default_dir("tests/scenarios/incidents", settings.home, "samples") / (
         f"sample-{incident_id}.yaml")
     try:
@@ -237,7 +237,7 @@ def sample(ctx: click.Context, incident_id: str, out: Path | None, by: str,
 @_ID
 @click.pass_context
 def monitor(ctx: click.Context, incident_id: str, rules: Path, sample_path: Path | None,
-            by: str, command_id: str | None) -> None:
+            by: str | None, command_id: str | None) -> None:
     """Check a rules change against the failure sample (same incident, earlier or with a
     better cause) and record it."""
     from jobtrail.learn.lessons import LearningFailed, check_monitor, learning_data
@@ -268,7 +268,7 @@ def monitor(ctx: click.Context, incident_id: str, rules: Path, sample_path: Path
 @_BY
 @_ID
 @click.pass_context
-def runbook(ctx: click.Context, incident_id: str, directory: Path | None, by: str,
+def runbook(ctx: click.Context, incident_id: str, directory: Path | None, by: str | None,
             command_id: str | None) -> None:
     """Write the incident's section of runbooks/<class>.md and record it."""
     from jobtrail.learn.lessons import learning_data, write_runbook
@@ -287,7 +287,7 @@ def runbook(ctx: click.Context, incident_id: str, directory: Path | None, by: st
 @_BY
 @_ID
 @click.pass_context
-def learning(ctx: click.Context, incident_id: str, kind: str, reason: str, by: str,
+def learning(ctx: click.Context, incident_id: str, kind: str, reason: str, by: str | None,
              command_id: str | None) -> None:
     """Record that a learning will not be made, and why."""
     _record(ctx, incident_id, by, kind, {"reason": reason}, command_id)

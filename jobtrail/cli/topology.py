@@ -58,6 +58,7 @@ def import_(cluster: str, ib: Path | None, slurm: Path | None, k8s: Path | None,
     from ingest.canonical import ParseError, to_event
     from jobtrail.topology_import import ibnetdiscover, kubernetes, merge
     from jobtrail.topology_import import slurm as slurm_topology
+    from schemas.documents import load_yaml
     from schemas.events import parse_time
     from schemas.topology import TopologyError, TopologyFile, load
 
@@ -76,7 +77,7 @@ def import_(cluster: str, ib: Path | None, slurm: Path | None, k8s: Path | None,
             parts.append(slurm_topology.parse(slurm.read_text()))
         if k8s:
             parts.append(kubernetes.parse(k8s.read_text(), rack_label))
-        manual = yaml.safe_load(hand.read_text()) if hand else None
+        manual = load_yaml(hand.read_text(), what=str(hand)) if hand else None
     except (ValueError, yaml.YAMLError) as exc:
         raise click.ClickException(str(exc)) from None
     when = at or parse_time(datetime.now(UTC))

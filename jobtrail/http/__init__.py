@@ -16,9 +16,11 @@ from typing import Any
 from aiohttp import web
 
 from jobtrail.config import Settings
-from jobtrail.http import alerts, health, incidents, ingest, postmortem, reads
+from jobtrail.http import alerts, health, incidents, ingest, login, postmortem, reads
 from jobtrail.http.backend import RuntimeBackend
 from jobtrail.http.common import ADAPTERS, BACKEND, SETTINGS, fail
+from jobtrail.http.guard import SESSIONS, guard
+from jobtrail.identity.session import Sessions
 
 log = logging.getLogger("jobtrail.http")
 
@@ -45,8 +47,13 @@ async def _json_errors(request: web.Request, handler: Any) -> web.StreamResponse
 
 
 def create_app(settings: Settings, backend: Any | None = None) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors])
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors, guard])
     app[SETTINGS] = settings
+    app[SESSIONS] = Sessions(settings.session_key, settings.session_max_age_s)
+    if not settings.session_key and (settings.api_tokens or settings.oidc):
+        log.info("JOBTRAIL_SESSION_KEY is not set: browser sessions end when this process "
+                 "does")
+    login.setup(app)
     from ingest.adapters import registry
 
     app[ADAPTERS] = registry(settings.adapter_config())  # mapping files validated at start
@@ -75,11 +82,12 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
         ("GET", "/v1/incidents/{incident_id}", incidents.show_incident),
         ("POST", "/v1/incidents/{incident_id}/commands", incidents.incident_command),
         ("GET", "/v1/incidents/{incident_id}/postmortem", postmortem.read),
-        ("POST", "/v1/incidents/{incident_id}/postmortem/{verb}", postmortem.command),
+        *[("POST", f"/v1/incidents/{{incident_id}}/postmortem/{verb}", postmortem.command)
+          for verb in postmortem.VERBS],
         ("GET", "/v1/followups", postmortem.followups),
         ("GET", "/incidents/{incident_id}/postmortem", postmortem.page),
-        ("GET", "/ui/{name}", postmortem.static),
-        ("POST", "/ui/login", postmortem.login),
+        ("GET", r"/ui/{name:postmortem\.(?:js|css)}", postmortem.static),
+        *login.ROUTES,
         *alerts.ROUTES,
         ("GET", "/livez", health.livez),
         ("GET", "/readyz", health.readyz),

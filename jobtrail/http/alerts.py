@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from jobtrail.http.common import BACKEND, SETTINGS, fail, principal, reply
+from schemas.documents import load_json
 
 log = logging.getLogger("jobtrail.alerts")
 ALERTS: web.AppKey[Any] = web.AppKey("alerts", object)
@@ -134,7 +134,7 @@ async def create_subscription(request: web.Request) -> web.Response:
     who = principal(request)
     alerts, secrets, settings = _parts(request)
     try:
-        body = json.loads(await request.read() or b"{}")
+        body = load_json(await request.read() or b"{}", what="the body")
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         existing = await request.app[BACKEND].call(
@@ -329,7 +329,7 @@ async def create_silence(request: web.Request) -> web.Response:
     alerts, _, _ = _parts(request)
     now = datetime.now(UTC)
     try:
-        body = json.loads(await request.read() or b"{}")
+        body = load_json(await request.read() or b"{}", what="the body")
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
         if "for_s" in body:

@@ -35,6 +35,8 @@ class RuntimeBackend:
         self.health: dict[str, object] = {"store": "not checked yet"}
         self.health_at = 0.0
         self.started = False
+        self.parsing = 0
+        """Payloads on the parse thread now (one at most; a test watches it)."""
 
     @property
     def store(self) -> Any:
@@ -44,9 +46,39 @@ class RuntimeBackend:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, lambda: fn(*args, **kwargs))
 
-    async def parse(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def parse(self, fn: Callable[..., T], *args: Any, budget_s: float | None = None,
+                    **kwargs: Any) -> T:
+        """`fn` on the parse thread; past `budget_s` (from when it starts) a 413 while the
+        thread finishes and its result is dropped (every pattern is linear and lines are
+        capped, so that work is bounded by the body size)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.parser, lambda: fn(*args, **kwargs))
+        started = asyncio.Event()
+
+        def work() -> T:
+            loop.call_soon_threadsafe(started.set)
+            self.parsing += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.parsing -= 1
+
+        future = loop.run_in_executor(self.parser, work)
+        if budget_s is None:
+            return await future
+        waiter = asyncio.ensure_future(started.wait())  # queued time is not parse time
+        either: set[asyncio.Future[Any]] = {future, waiter}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout=budget_s)
+        except TimeoutError:
+            future.add_done_callback(lambda f: f.exception())  # read, never "never retrieved"
+            raise web.HTTPRequestEntityTooLarge(
+                max_size=0, actual_size=0,
+                text=json.dumps({"error": f"the payload took longer than the {budget_s:g} s "
+                                          "parse budget (JOBTRAIL_PARSE_BUDGET_S): nothing of "
+                                          "it was accepted; send it in smaller parts"}),
+                content_type="application/json") from None
 
     async def submit(self, records: list[Any]) -> None:
         """Durable, or 503: the log could not be written or the broker did not acknowledge,

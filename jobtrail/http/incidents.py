@@ -10,15 +10,17 @@ saying so). An incident that impacted no job is an operator's alone.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 from pydantic import ValidationError
 
-from jobtrail.auth import Principal
-from jobtrail.http.common import BACKEND, fail, principal, query_time, reply
+from jobtrail.http.common import BACKEND, fail, principal, query_enum, query_time, reply
+from jobtrail.http.guard import require
+from jobtrail.identity import Principal
+from jobtrail.identity.roles import command_role
+from schemas.documents import load_json
 
 TENANT_COMMANDS = frozenset({"note", "add_action", "update_action"})
 
@@ -33,11 +35,14 @@ def scope(request: web.Request) -> list[str] | None:
 
 
 async def list_incidents(request: web.Request) -> web.Response:
+    from processors.incidents.model import STATUSES
+
     backend = request.app[BACKEND]
-    rows = await backend.call(backend.store.incidents, scope(request),
-                              status=request.query.get("status", ""),
+    status = query_enum(request, "status", STATUSES)
+    include = query_enum(request, "include", ("infrastructure",))
+    rows = await backend.call(backend.store.incidents, scope(request), status=status,
                               since=query_time(request, "since"),
-                              infrastructure=request.query.get("include") == "infrastructure")
+                              infrastructure=include == "infrastructure")
     return reply({"incidents": rows})
 
 
@@ -73,13 +78,23 @@ def _authorise(who: Principal, command: str, full: dict[str, Any],
     return data
 
 
+COMMAND_FIELDS = frozenset({"command", "command_id", "data", "at"})
+
+
+def claimed_by(body: dict[str, Any], who: Principal) -> None:
+    """Refuse a `by`: who acts is the credential's principal, never a name in the body."""
+    if "by" in body:
+        raise ValueError(f"by: the actor is taken from your credential ({who.describe()}), "
+                         "never from the body: drop `by`")
+
+
 async def incident_command(request: web.Request) -> web.Response:
-    """`POST /v1/incidents/{id}/commands` `{"command": "ack", "by": "alice", "command_id":
-    "...", "at": "2026-11-30T10:05:00Z" (when it happened, optional), "data": {...}}`:
-    200 with the events it appended (embedded), 202 queued (cluster),
-    403 when the caller may not, 409 with the reason when the incident's state refuses it,
-    422 for a malformed command."""
-    from processors.incidents.model import Actor, Command, InvalidTransition
+    """`POST /v1/incidents/{id}/commands` `{"command": "ack", "command_id": "...", "at":
+    "2026-11-30T10:05:00Z" (when it happened, optional), "data": {...}}`: 200 with the
+    events it appended (embedded), 202 queued (cluster), 403 when the caller may not (its
+    projects or its role), 409 with the reason when the incident's state refuses it, 422 for
+    a malformed command (or a `by` naming someone else, or an `at` still to come)."""
+    from processors.incidents.model import Command, InvalidTransition
 
     who = principal(request)
     backend = request.app[BACKEND]
@@ -88,24 +103,30 @@ async def incident_command(request: web.Request) -> web.Response:
     if full is None or not (who.operator or set(full["projects"]) & who.projects):
         fail(web.HTTPNotFound, "no such incident")
     try:
-        body = json.loads(await request.read())
+        body = load_json(await request.read(), what="the body")
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
-        by = str(body.get("by") or "")
-        data = body.get("data") or {}
+        claimed_by(body, who)
+        unknown = sorted(set(body) - COMMAND_FIELDS)
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a field of a command (command, command_id, "
+                             "at, data)")
+        if not isinstance(body.get("command_id"), str):
+            raise ValueError("command_id: a string is required (the idempotency key)")
+        data = body.get("data", {})
         if not isinstance(data, dict):
-            raise ValueError("data must be a JSON object")
+            raise ValueError("data: must be a JSON object")
         command = Command(command_id=str(body.get("command_id") or ""),
                           incident_id=incident_id, command=body.get("command"),
-                          actor=Actor(kind="team" if by.startswith("team:") else "person",
-                                      name=by.removeprefix("team:")),
-                          time=datetime.now(UTC), data=data, at=body.get("at") or None)
+                          actor=who.actor(), time=datetime.now(UTC), data=data,
+                          at=body.get("at") or None)
         command.payload()  # a bad field, or an `at` still to come, is a 422 here
     except (ValueError, RecursionError) as exc:
         detail = exc.errors()[0] if isinstance(exc, ValidationError) else {"msg": str(exc)}
         where = ".".join(str(x) for x in detail.get("loc", ()))
         fail(web.HTTPUnprocessableEntity, f"{where}: {detail['msg']}" if where
              else str(detail["msg"]))
+    require(request, command_role(command.command, command.data), command.command)
     command = command.model_copy(update={"data": _authorise(who, command.command, full,
                                                             command.data)})
     try:

@@ -19,7 +19,7 @@ from ingest.canonical import decode
 from ingest.redact import clip
 from jobtrail import telemetry
 from jobtrail.auth import Principal
-from jobtrail.http.common import ADAPTERS, BACKEND, fail, principal, reply
+from jobtrail.http.common import ADAPTERS, BACKEND, SETTINGS, fail, principal, reply
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 
@@ -62,7 +62,7 @@ def _time_headers(h: Any) -> tuple[Any, str, int | None]:
 
     from schemas.events import parse_time
 
-    boot_raw, zone = h.get("X-Jobtrail-Boot-Time", ""), h.get("X-Jobtrail-Timezone", "UTC")
+    boot_raw, zone = h.get("X-Jobtrail-Boot-Time", ""), h.get("X-Jobtrail-Timezone") or "UTC"
     year_raw = h.get("X-Jobtrail-Year", "")
     boot = None
     try:
@@ -111,7 +111,8 @@ async def ingest_source(request: web.Request) -> web.Response:
         except ParseError as exc:
             fail(web.HTTPBadRequest, f"{exc.field}: {exc.reason}")
     backend = request.app[BACKEND]
-    decoded: list[Any] = await backend.parse(run, adapter, body, ctx)
+    budget = request.app[SETTINGS].parse_budget_s
+    decoded: list[Any] = await backend.parse(run, adapter, body, ctx, budget_s=budget)
     _refuse_foreign(who, decoded)
     telemetry.emit("events_received", len(decoded), channel=f"http.{adapter.name}")
     await backend.submit(decoded)

@@ -6,31 +6,38 @@ of one project of a shared incident is refused with 403 saying so); an incident 
 none of the caller's projects is 404, like every read. The verbs are incident commands with
 the lifecycle policy (`incidents._authorise`).
 
-The page (`/incidents/{id}/postmortem`) authenticates like the API (a bearer header from a
-proxy), or with the `jobtrail_token` cookie set by `POST /ui/login`; a state-changing call
-authenticated by the cookie must carry `X-Jobtrail-UI: 1`, which a cross-site form cannot
-send (with the cookie's SameSite=Strict, the CSRF defence).
+The page (`/incidents/{id}/postmortem`) authenticates like the API (`jobtrail.http.guard`:
+a bearer token, the auth proxy's header, or the session cookie of a sign-in); a browser not
+signed in is redirected to `/auth/login`. Its buttons send the page's anti-CSRF token, which
+every cookie- or proxy-authenticated change needs. Who acts is the signed-in principal; the
+role each verb needs is in `jobtrail.identity.roles`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 
-from jobtrail.http.common import BACKEND, SETTINGS, fail, known, principal, reply
-from jobtrail.http.incidents import _authorise, scope
+from jobtrail.http.common import (
+    BACKEND,
+    SESSION,
+    SETTINGS,
+    fail,
+    principal,
+    query_enum,
+    reply,
+)
+from jobtrail.http.guard import csrf_token, require
+from jobtrail.http.incidents import _authorise, claimed_by, scope
+from jobtrail.identity.roles import POSTMORTEM_VERBS, command_role
+from processors.postmortem.state import SECTIONS
+from schemas.documents import load_json, load_yaml
 
-VERBS = {"draft": "draft_postmortem", "edit": "edit_postmortem", "review": "request_review",
-         "request-changes": "request_changes", "approve": "approve_postmortem",
-         "publish": "publish_postmortem", "waive": "waive_postmortem",
-         "learning": "record_learning", "sample": "record_learning",
-         "monitor": "record_learning", "runbook": "record_learning",
-         "amend": "amend_postmortem"}
+VERBS = POSTMORTEM_VERBS
 FIELDS = {"amend_postmortem": ("section", "text", "why"), "draft_postmortem": ("owner",),
           "edit_postmortem": ("section", "text"),
           "request_review": ("reviewers",), "request_changes": ("comment",),
@@ -39,18 +46,34 @@ FIELDS = {"amend_postmortem": ("section", "text", "why"), "draft_postmortem": ("
 """What each verb reads from the body. `learning` declines one with a reason; `sample`,
 `monitor` (body `rules`: the YAML of the rules change) and `runbook` make the artefact under
 HOME/learnings/, check it, and record it, like `jobtrail postmortem sample|monitor|runbook`."""
+TYPES = {"reviewers": "a list of strings", "learning": "one of sample, monitor, runbook",
+         "section": "one of " + ", ".join(SECTIONS)}
 MADE = ("sample", "monitor", "runbook")
+
+
+def _typed(key: str, value: Any) -> bool:
+    if key == "reviewers":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if key == "learning":
+        return value in ("sample", "monitor", "runbook")
+    if key == "section":
+        return value in SECTIONS
+    return isinstance(value, str)
+
+
 REQUIRED = {"edit": ("section", "text"), "amend": ("section", "text", "why"),
-            "request-changes": ("comment",),
-            "waive": ("reason",), "learning": ("learning",), "monitor": ("rules",)}
+            "request-changes": ("comment",), "waive": ("reason",), "learning": ("learning",),
+            "monitor": ("rules",)}
+
+
+class NeedsSample(ValueError):
+    """A monitor asked for before the failure sample it is checked against (409)."""
 
 
 def _make(settings: Any, store: Any, incident_id: str, verb: str,
           body: dict[str, Any]) -> dict[str, str]:
     """Make and check one learning artefact (in a worker thread); LearningFailed says why."""
     from pathlib import Path
-
-    import yaml
 
     from jobtrail.learn import lessons as learn
     from jobtrail.views.postmortem import state
@@ -60,8 +83,8 @@ def _make(settings: Any, store: Any, incident_id: str, verb: str,
         raise learn.LearningFailed("no such incident")
     base = settings.home / "learnings"
     if verb == "sample":
-        spec = yaml.safe_load(settings.topology_file.read_text()) if settings.topology_file \
-            else None
+        spec = load_yaml(settings.topology_file.read_text(), what=str(settings.topology_file)) \
+            if settings.topology_file else None
         done = learn.write_sample(store, inc, base / "samples" / f"sample-{incident_id}.yaml",
                                   spec)
     elif verb == "monitor":
@@ -70,7 +93,7 @@ def _make(settings: Any, store: Any, incident_id: str, verb: str,
             raise learn.LearningFailed("rules: the YAML of the proposed rules change")
         recorded = inc.pm.learnings.get("sample")
         if recorded is None or not recorded.path or not Path(recorded.path).exists():
-            raise learn.LearningFailed("no failure sample recorded: make one first "
+            raise NeedsSample("no failure sample recorded: make one first "
                                        "(POST .../postmortem/sample)")
         name = hashlib.sha256(rules.encode()).hexdigest()[:12]
         done = learn.write_monitor(Path(recorded.path), rules,
@@ -120,15 +143,12 @@ async def command(request: web.Request) -> web.Response:
     200 with the postmortem after it (embedded), 202 queued (cluster), 403, 409 with the
     reason the state refuses it, 422 for a malformed body."""
     from jobtrail.views.postmortem import document, state
-    from processors.incidents.model import Actor, Command, InvalidTransition
+    from processors.incidents.model import Command, InvalidTransition
 
-    verb = request.match_info["verb"]
+    verb = request.path.rsplit("/", 1)[-1]  # one route per verb (each its own body)
     if verb not in VERBS:
         fail(web.HTTPNotFound, f"no postmortem verb {verb!r} (one of {', '.join(VERBS)})")
     who = principal(request)
-    if "Authorization" not in request.headers and request.cookies.get("jobtrail_token") \
-            and request.headers.get("X-Jobtrail-UI") != "1":
-        fail(web.HTTPForbidden, "a cookie-authenticated change needs X-Jobtrail-UI: 1")
     backend = request.app[BACKEND]
     incident_id = request.match_info["incident_id"]
     full = await backend.call(backend.store.incident, incident_id, None)
@@ -136,10 +156,21 @@ async def command(request: web.Request) -> web.Response:
         fail(web.HTTPNotFound, "no such incident")
     name = VERBS[verb]
     try:
-        body = json.loads(await request.read() or b"{}")
+        body = load_json(await request.read() or b"{}", what="the body")
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
-        by = str(body.get("by") or "")
+        claimed_by(body, who)
+        unknown = sorted(set(body) - set(FIELDS[name]) - {"command_id"} - (
+            {"rules"} if verb == "monitor" else set()))
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a field of {verb} (it takes "
+                             f"{', '.join(('command_id', *FIELDS[name]))})")
+        if "command_id" in body and not (isinstance(body["command_id"], str)
+                                         and 0 < len(body["command_id"]) <= 200):
+            raise ValueError("command_id: a string of 1 to 200 characters")
+        for key in FIELDS[name] + (("rules",) if verb == "monitor" else ()):
+            if key in body and not _typed(key, body[key]):
+                raise ValueError(f"{key}: must be {TYPES.get(key, 'a string')}")
         data = {k: body[k] for k in FIELDS[name] if k in body}
         for required in REQUIRED.get(verb, ()):
             if not isinstance(body.get(required), str) or not body[required].strip():
@@ -149,9 +180,7 @@ async def command(request: web.Request) -> web.Response:
             raise ValueError("reason: a declined learning needs a reason (make one with "
                              "POST .../postmortem/sample, monitor or runbook)")
         cmd = Command(command_id=str(body.get("command_id") or f"http-{uuid.uuid4().hex}"),
-                      incident_id=incident_id, command=name,
-                      actor=Actor(kind="team" if by.startswith("team:") else "person",
-                                  name=by.removeprefix("team:")),
+                      incident_id=incident_id, command=name, actor=who.actor(),
                       time=datetime.now(UTC), data=data)
     except (ValueError, RecursionError) as exc:
         errors = getattr(exc, "errors", None)
@@ -159,6 +188,7 @@ async def command(request: web.Request) -> web.Response:
         where = ".".join(str(x) for x in detail.get("loc", ()))
         fail(web.HTTPUnprocessableEntity, f"{where}: {detail['msg']}" if where
              else str(detail["msg"]))
+    require(request, command_role(name, cmd.data), f"postmortem {verb}")
     cmd = cmd.model_copy(update={"data": _authorise(who, name, full, cmd.data)})
     if verb in MADE:
         from jobtrail.learn.lessons import LearningFailed
@@ -166,6 +196,8 @@ async def command(request: web.Request) -> web.Response:
         try:
             made = await backend.call(_make, request.app[SETTINGS], backend.store, incident_id,
                                       verb, body)
+        except NeedsSample as exc:
+            fail(web.HTTPConflict, str(exc))
         except LearningFailed as exc:
             fail(web.HTTPUnprocessableEntity, str(exc))
         cmd = cmd.model_copy(update={"data": made})
@@ -184,7 +216,7 @@ async def followups(request: web.Request) -> web.Response:
     """`GET /v1/followups?team=&overdue=true&status=`: follow-ups across incidents, bound
     to the caller's projects."""
     backend = request.app[BACKEND]
-    overdue = request.query.get("overdue", "") in ("1", "true", "yes")
+    overdue = query_enum(request, "overdue", ("true", "false", "1", "0")) in ("1", "true")
     rows = await backend.call(backend.store.followups, scope(request),
                               team=request.query.get("team", ""),
                               status=request.query.get("status", ""),
@@ -197,14 +229,25 @@ async def followups(request: web.Request) -> web.Response:
 
 
 async def page(request: web.Request) -> web.Response:
+    """The review page; a browser not signed in is sent to sign in (not shown JSON)."""
+    from jobtrail.http.login import login_url
     from jobtrail.views.postmortem import CSP
     from jobtrail.views.postmortem import page as render
 
+    try:
+        who = principal(request)
+    except web.HTTPUnauthorized:
+        raise web.HTTPFound(login_url(request)) from None
     inc = await _incident(request)
-    return web.Response(text=render(inc, datetime.now(UTC).date()), content_type="text/html",
+    viewer = {"name": who.name, "role": who.role, "csrf": csrf_token(request),
+              "session": bool(request.get(SESSION))}
+    # Referrer-Policy same-origin, not no-referrer: under no-referrer a browser sends
+    # `Origin: null` on the page's own POSTs, which the CSRF check must refuse
+    return web.Response(text=render(inc, datetime.now(UTC).date(), viewer),
+                        content_type="text/html",
                         charset="utf-8", headers={"Content-Security-Policy": CSP,
                                                   "X-Content-Type-Options": "nosniff",
-                                                  "Referrer-Policy": "no-referrer"})
+                                                  "Referrer-Policy": "same-origin"})
 
 
 async def static(request: web.Request) -> web.Response:
@@ -218,18 +261,3 @@ async def static(request: web.Request) -> web.Response:
         return web.Response(text=PAGE_CSS, content_type="text/css",
                             headers={"X-Content-Type-Options": "nosniff"})
     fail(web.HTTPNotFound, "no such file")
-
-
-async def login(request: web.Request) -> web.Response:
-    """`POST /ui/login` (form field `token`): sets the page's cookie when the token is known."""
-    if request.content_type != "application/x-www-form-urlencoded":
-        fail(web.HTTPBadRequest, "send the token as an application/x-www-form-urlencoded form")
-    form = await request.post()
-    token = str(form.get("token") or "")
-    tokens = request.app[SETTINGS].api_tokens
-    if tokens and known(tokens, token) is None:
-        fail(web.HTTPUnauthorized, "unknown token")
-    response = web.json_response({"ok": True})
-    response.set_cookie("jobtrail_token", token, httponly=True, samesite="Strict",
-                        secure=request.secure, path="/")
-    return response

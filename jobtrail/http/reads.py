@@ -27,6 +27,8 @@ def _projects(request: web.Request) -> list[str]:
     wanted = request.query.getall("project", [])
     if not wanted:
         fail(web.HTTPBadRequest, "project is required")
+    if "" in wanted:
+        fail(web.HTTPBadRequest, "project must not be empty")
     return [p for p in wanted if who.may_read(p)]
 
 

@@ -152,7 +152,9 @@ def check_monitor(sample: Path, rules: Path) -> str:
     """Replay the sample with the proposed rules; it must open the same incident earlier or
     with a better cause."""
     base = scenarios.load(sample)
-    overrides = yaml.safe_load(rules.read_text()) or {}
+    from schemas import documents
+
+    overrides = documents.load_yaml(rules.read_text(), documents.RULES, str(rules)) or {}
     if not isinstance(overrides, dict):
         raise LearningFailed(f"{rules}: a rules change is a mapping of rules-file keys")
     merged = scenarios.merge_rules(base.raw.get("rules") or {}, overrides)
@@ -184,8 +186,12 @@ def check_monitor(sample: Path, rules: Path) -> str:
 
 def write_monitor(sample: Path, rules_text: str, out: Path) -> Outcome:
     """Check a rules change given as text against the sample, then keep it at `out`."""
+    from schemas import documents
+
     try:
-        overrides = yaml.safe_load(rules_text)
+        overrides = documents.load_yaml(rules_text, documents.RULES, "rules")
+    except documents.DocumentRefused as exc:
+        raise LearningFailed(str(exc)) from None
     except yaml.YAMLError as exc:
         raise LearningFailed(f"rules: not YAML: {exc}") from None
     if not isinstance(overrides, dict):

@@ -137,8 +137,12 @@ class ScenarioError(ValueError):
 
 
 def load(path: Path) -> Scenario:
+    from schemas.documents import DocumentRefused, load_yaml
+
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text(), what=str(path))
+    except DocumentRefused as exc:
+        raise ScenarioError(str(exc)) from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{path}: not YAML: {exc}") from None
     return load_document(data, path)

@@ -32,8 +32,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobtrail.snapshot")
 
-STATE_VERSION = 1
-"""Bump when the meaning of stored state changes without its shape changing."""
+STATE_VERSION = 2
+"""Bump when the meaning of stored state changes without its shape changing (2: the incident
+model moved into `processors.incidents.aggregate`, so pickled class paths changed; state
+saved before is rebuilt from the store, as designed)."""
 _MAGIC = b"JTSNAP"
 
 

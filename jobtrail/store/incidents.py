@@ -46,7 +46,7 @@ class IncidentTables:
 
     def load_incident_log(self) -> list[IncidentEvent]:
         return self._log_events(self._dicts(
-            "SELECT id, incident_id, seq, kind, time, actor_kind, actor, rule, data, "
+            "SELECT id, incident_id, seq, kind, time, actor_kind, actor, rule, credential, data, "
             "command_id FROM incident_log FINAL ORDER BY incident_id, seq"))
 
     @staticmethod
@@ -55,15 +55,16 @@ class IncidentTables:
 
         return [IncidentEvent(id=r["id"], incident_id=r["incident_id"], seq=r["seq"],
                               kind=r["kind"], time=r["time"],
-                              actor=Actor(kind=r["actor_kind"], name=r["actor"], rule=r["rule"]),
+                              actor=Actor(kind=r["actor_kind"], name=r["actor"], rule=r["rule"],
+                                          credential=r.get("credential") or ""),
                               data=json.loads(r["data"]), command_id=r["command_id"])
                 for r in rows]
 
     def incident_log(self, incident_id: str) -> list[IncidentEvent]:
         """One incident's log, in order (the postmortem is folded from it on read)."""
         return self._log_events(self._dicts(
-            "SELECT id, incident_id, seq, kind, time, actor_kind, actor, rule, data, command_id "
-            "FROM incident_log FINAL WHERE incident_id = {id:String} ORDER BY seq",
+            "SELECT id, incident_id, seq, kind, time, actor_kind, actor, rule, credential, data, "
+            "command_id FROM incident_log FINAL WHERE incident_id = {id:String} ORDER BY seq",
             id=incident_id))
 
     def followups(self, projects: Sequence[str] | None, *, team: str = "",
@@ -159,7 +160,7 @@ class IncidentTables:
             "reason, why, rule FROM actions FINAL "
             "WHERE incident_id = {id:String} ORDER BY action_id", id=incident_id)
         out["log"] = self._dicts(
-            "SELECT id, seq, kind, time, actor_kind, actor, rule, data, command_id "
+            "SELECT id, seq, kind, time, actor_kind, actor, rule, credential, data, command_id "
             "FROM incident_log FINAL WHERE incident_id = {id:String} ORDER BY seq",
             id=incident_id)
         for entry in out["log"]:

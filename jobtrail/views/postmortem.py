@@ -118,11 +118,22 @@ def standalone_html(inc: Incident) -> str:
             f"</body></html>\n")
 
 
-def page(inc: Incident, today: date | None = None) -> str:
+def page(inc: Incident, today: date | None = None,
+         viewer: dict[str, Any] | None = None) -> str:
     """The review page: the rendered postmortem, its checklist and warnings, and buttons that
-    call the API (static/postmortem.js; no inline script, the CSP forbids it)."""
+    call the API (static/postmortem.js; no inline script, the CSP forbids it). `viewer` is
+    who is signed in (name, role, the anti-CSRF token the buttons send, whether a session
+    can be ended here)."""
     doc = document(inc, today)
     esc = html.escape
+    viewer = viewer or {}
+    csrf = esc(str(viewer.get("csrf") or ""))
+    logout = (f"<form id=\"logout\" method=\"post\" action=\"/auth/logout\">"
+              f"<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">"
+              "<button>Sign out</button></form>") if viewer.get("session") else ""
+    signed_in = (f"<p id=\"viewer\">Signed in as <strong>{esc(str(viewer.get('name')))}"
+                 f"</strong> ({esc(str(viewer.get('role')))})</p>{logout}"
+                 if viewer.get("name") else "")
     checklist_rows = "".join(
         f"<li class=\"{esc(i['state'].replace('/', ''))}\" data-item=\"{esc(i['name'])}\">"
         f"{esc(i['label'])}: {esc(i['state'])}"
@@ -140,13 +151,14 @@ def page(inc: Incident, today: date | None = None) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>Postmortem {esc(inc.id)}</title>
+<meta name="jobtrail-csrf" content="{csrf}">
 <link rel="stylesheet" href="/ui/postmortem.css">
 <script src="/ui/postmortem.js" defer></script>
 </head><body data-incident="{esc(inc.id)}">
 <header><p>Incident <code>{esc(inc.id)}</code> · {esc(inc.severity)} · incident
 {esc(inc.status)} · postmortem <strong id="pm-status">{esc(status)}</strong></p>
-<form id="review"><label>You are <input name="by" required autocomplete="username"></label>
-<label>Comment <input name="comment"></label>{buttons}</form>
+{signed_in}
+<form id="review"><label>Comment <input name="comment"></label>{buttons}</form>
 <p id="outcome" role="status"></p></header>
 <aside><h2>Commander checklist</h2><ul id="checklist">{checklist_rows}</ul>
 <h2>Blameless check</h2><ul id="warnings">{warning_rows}</ul></aside>
@@ -155,23 +167,26 @@ def page(inc: Incident, today: date | None = None) -> str:
 """
 
 
-PAGE_JS = """// The review buttons: each posts one postmortem command to the API (same origin).
+PAGE_JS = """// The review buttons: each posts one postmortem command to the API (same origin), as
+// the signed-in principal, with the page's anti-CSRF token.
 document.addEventListener("DOMContentLoaded", () => {
   const incident = document.body.dataset.incident;
+  const csrf = document.querySelector("meta[name=jobtrail-csrf]").content;
   const form = document.getElementById("review");
   const outcome = document.getElementById("outcome");
   for (const button of form.querySelectorAll("button[data-verb]")) {
     button.addEventListener("click", async () => {
-      const by = form.elements.by.value.trim();
-      if (!by) { outcome.textContent = "say who you are first"; return; }
-      const body = {by, comment: form.elements.comment.value,
-                    command_id: "ui-" + crypto.randomUUID()};
+      const body = {command_id: "ui-" + crypto.randomUUID()};
       const verb = button.dataset.verb;
+      // each verb takes its own fields (an unknown one is refused)
+      if (verb === "approve" || verb === "request-changes") {
+        body.comment = form.elements.comment.value;
+      }
       if (verb === "review") body.reviewers = [];
       const response = await fetch(
         `/v1/incidents/${encodeURIComponent(incident)}/postmortem/${verb}`,
         {method: "POST", headers: {"Content-Type": "application/json",
-                                   "X-Jobtrail-UI": "1"},
+                                   "X-Jobtrail-CSRF": csrf},
          credentials: "same-origin", body: JSON.stringify(body)});
       const answer = await response.json();
       if (!response.ok) { outcome.textContent = answer.error; return; }

@@ -17,18 +17,18 @@ from collections import defaultdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from processors.incidents.grouping import node_of
+from processors.incidents.book import node_of
 from schemas import incident_events as ev
 from schemas.events import Event
 
 if TYPE_CHECKING:
-    from processors.incidents.detector import Detector
+    from processors.incidents.context import Context
 
 _GPU = re.compile(r"/gpu(\d+)$")
 
 
-def _fields(d: Detector, inc_id: str, cause: Event | None) -> dict[str, Any]:
-    inc = d.book.incidents[inc_id]
+def _fields(ctx: Context, inc_id: str, cause: Event | None) -> dict[str, Any]:
+    inc = ctx.book.incidents[inc_id]
     attrs = dict(cause.attributes) if cause else {}
     entity = inc.entity
     gpu = attrs.get("gpu")
@@ -42,12 +42,12 @@ def _fields(d: Detector, inc_id: str, cause: Event | None) -> dict[str, Any]:
     return fields
 
 
-def propose(d: Detector, inc_id: str, time: datetime, cause: Event | None, rule: str) -> None:
-    inc = d.book.incidents[inc_id]
-    entry = d.rules.classes.get(inc.klass)
+def propose(ctx: Context, inc_id: str, time: datetime, cause: Event | None, rule: str) -> None:
+    inc = ctx.book.incidents[inc_id]
+    entry = ctx.rules.classes.get(inc.klass)
     if entry is None or not entry.actions:
         return
-    fields = _fields(d, inc_id, cause)
+    fields = _fields(ctx, inc_id, cause)
     message = cause.message if cause else ""
     attrs = cause.attributes if cause else {}
     for action in entry.actions:
@@ -60,7 +60,7 @@ def propose(d: Detector, inc_id: str, time: datetime, cause: Event | None, rule:
             f"{inc_id}\0{action.name}".encode()).hexdigest()[:10]
         if action_id in inc.actions:
             continue
-        d.book.emit(inc_id, ev.ActionProposed(action_id=action_id, title=title,
-                                              owner=action.team or inc.owner, why=why,
-                                              rule=action.name, kind=action.kind),
-                    time, rule, f"propose:{action.name}")
+        ctx.book.emit(inc_id, ev.ActionProposed(action_id=action_id, title=title,
+                                                owner=action.team or inc.owner, why=why,
+                                                rule=action.name, kind=action.kind),
+                      time, rule, f"propose:{action.name}")

@@ -29,6 +29,7 @@ from processors.incidents.model import (
     new_event,
 )
 from processors.incidents.rules import SignalRule
+from schemas import incident_events as ev
 from schemas.events import Event
 from schemas.incident_events import JobRef, Payload
 
@@ -41,6 +42,10 @@ def akey(key: AttemptKey) -> str:
 
 def jobref(key: AttemptKey) -> JobRef:
     return JobRef(project=key[0], job_id=key[1], attempt=key[2])
+
+
+def node_of(entity: str) -> str:
+    return entity.split("/", 1)[0] if entity else ""
 
 
 def actor(rule: str) -> Actor:
@@ -104,6 +109,8 @@ class Book:
     symptom_counts: dict[tuple[AttemptKey, str], int] = field(default_factory=dict)
     refused: int = 0
     opened_observed: dict[str, datetime] = field(default_factory=dict)
+    planned: dict[str, tuple[datetime, str, str]] = field(default_factory=dict)
+    """node -> (planned window ends, the change or ticket cited, its event id)"""
     folded: dict[str, int] = field(default_factory=dict)
     """incident -> signals counted past `max_signal_evidence` and not yet logged"""
     out: list[IncidentEvent] = field(default_factory=list)
@@ -118,6 +125,14 @@ class Book:
         """The active incident that holds this attempt, if any."""
         held = self.by_attempt.get(key)
         return held if held is not None and self.incidents[held].active else None
+
+    def attempt_key(self, event: Event) -> AttemptKey:
+        """The event's attempt: its own number, else the job's attempt running at its time."""
+        number = event.attempt
+        if number is None:
+            job = self.jobs.get((event.project, event.job_id or ""))
+            number = (job.attempt_at(event.time) if job else None) or 1
+        return (event.project, event.job_id or "", number)
 
     # --- writing ------------------------------------------------------------------------
 
@@ -136,6 +151,16 @@ class Book:
             return False
         self.record(event)
         return True
+
+    def evidence(self, inc_id: str, event: Event, role: str, why: str, rule: str,
+                 attempt: AttemptKey | None = None) -> None:
+        if event.id in self.incidents[inc_id].evidence:
+            return  # the same event is never attached twice
+        self.emit(inc_id, ev.EvidenceAttached(
+            event_id=event.id, time=event.time, type=event.type, source=event.source.value,
+            entity=event.entity or event.node or "", why=why, role=role, project=event.project,
+            job_id=event.job_id or "", attempt=attempt[2] if attempt else event.attempt),
+            event.time, rule, event.id)
 
     def record(self, event: IncidentEvent) -> None:
         inc = apply(self.incidents.get(event.incident_id), event)

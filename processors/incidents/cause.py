@@ -12,30 +12,32 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from processors.incidents import actions, impact, opening, routing
 from processors.incidents.book import AttemptKey, Progress, Signal, akey
 from processors.incidents.rules import SymptomRule
+from processors.incidents.signals import join
 from schemas import incident_events as ev
 from schemas.events import Event
 
 if TYPE_CHECKING:
-    from processors.incidents.detector import Detector
+    from processors.incidents.context import Context
 
 CONFIDENCE = {"self": 0.9, "node": 0.9, "gpu": 0.9, "nic": 0.85, "rank": 0.85, "switch": 0.6,
               "target": 0.6, "filesystem": 0.6, "path": 0.6, "queue": 0.5, "change": 0.4}
 _RELATION_PHRASE = {"node": "is that node", "gpu": "holds that GPU",
                     "nic": "is cabled to it", "switch": "sits under that switch",
                     "target": "mounts the filesystem it serves", "filesystem": "mounts it",
-                    "rank": "runs that rank"}
+                    "rank": "runs that rank", "change": "is under that change"}
 
 
-def find(d: Detector, key: AttemptKey, time: datetime, since: datetime | None = None,
+def find(ctx: Context, key: AttemptKey, time: datetime, since: datetime | None = None,
          node: str = "") -> tuple[Signal, str, str] | None:
     """The earliest signal that reached the attempt in the window (only `node`'s own, when
     given: a straggler's cause is on the straggler)."""
-    lo = since or time - timedelta(seconds=d.rules.cause_window_s)
-    hi = time + timedelta(seconds=d.rules.cause_slack_s)
+    lo = since or time - timedelta(seconds=ctx.rules.cause_window_s)
+    hi = time + timedelta(seconds=ctx.rules.cause_slack_s)
     best: tuple[Signal, str, str] | None = None
-    for signal in d.book.signals:
+    for signal in ctx.book.signals:
         if signal.event.time < lo or signal.event.time > hi or key not in signal.reached:
             continue
         if node and (signal.event.node or "") != node:
@@ -47,81 +49,78 @@ def find(d: Detector, key: AttemptKey, time: datetime, since: datetime | None = 
     return best
 
 
-def on_symptom(d: Detector, event: Event | None, rule: SymptomRule, key: AttemptKey,
+def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: AttemptKey,
                time: datetime, discriminator: str, since: datetime | None = None,
                node: str = "") -> str | None:
     """Returns the incident the symptom went to."""
-    book, rules = d.book, d.rules
+    book, rules = ctx.book, ctx.rules
     klass = rules.klass(rule.klass)
     current = book.by_attempt.get(key)
     if current is not None and not klass.separate and book.incidents[current].active:
         if event is not None and book.room(key, event.type, rules.max_symptom_evidence):
-            d.evidence(current, event, "symptom", rule.why, rule.name, key)
-        reclassify(d, current, rule, time, key)
+            ctx.book.evidence(current, event, "symptom", rule.why, rule.name, key)
+        reclassify(ctx, current, rule, time, key)
         return current
-    found = find(d, key, time, since, node)
+    found = find(ctx, key, time, since, node)
     if found is not None:
         signal, relation, path = found
         inc_id = book.open.get(signal.key)
         if inc_id is None:
-            inc_id = d.open_incident(signal.key, signal.rule.klass,
-                                     signal.event.entity or signal.key, signal.event.id,
-                                     signal.event.time, signal.rule.name, time,
-                                     event.observed_at if event else None)
-            from processors.incidents.grouping import join
-
+            inc_id = opening.open_incident(ctx, signal.key, signal.rule.klass,
+                                           signal.event.entity or signal.key, signal.event.id,
+                                           signal.event.time, signal.rule.name, time,
+                                           event.observed_at if event else None)
             for s in book.signals:
                 if s.key == signal.key and signal.event.time <= s.event.time <= time:
-                    join(d, inc_id, s)
-        d.evidence(inc_id, signal.event, "cause", signal.rule.why, signal.rule.name)
+                    join(ctx, inc_id, s)
+        ctx.book.evidence(inc_id, signal.event, "cause", signal.rule.why, signal.rule.name)
         if book.incidents[inc_id].cause_source in ("", "signal"):
             what = f"first {event.type}" if event else rule.why
-            explain(d, inc_id, signal, key, time, what, relation, path, symptom=event)
+            explain(ctx, inc_id, signal, key, time, what, relation, path, symptom=event)
     else:
-        inc_id = d.open_incident(f"job:{akey(key)}", rule.klass, akey(key), discriminator,
-                                 time, rule.name, time, event.observed_at if event else None)
-        own(d, inc_id, rule, key, time, event)
+        inc_id = opening.open_incident(ctx, f"job:{akey(key)}", rule.klass, akey(key),
+                                       discriminator, time, rule.name, time,
+                                       event.observed_at if event else None)
+        own(ctx, inc_id, rule, key, time, event)
     if event is not None and book.room(key, event.type, rules.max_symptom_evidence):
-        d.evidence(inc_id, event, "symptom", rule.why, rule.name, key)
+        ctx.book.evidence(inc_id, event, "symptom", rule.why, rule.name, key)
     if klass.separate:
         progress = book.progress.setdefault(key, Progress())
         progress.failed_ckpt = (time, inc_id)
-    from processors.incidents import impact
 
-    impact.impacted(d, inc_id, key, time, rule.name, role=klass.impact, event=event)
+    impact.impacted(ctx, inc_id, key, time, rule.name, role=klass.impact, event=event)
     return inc_id
 
 
-def own(d: Detector, inc_id: str, rule: SymptomRule, key: AttemptKey, time: datetime,
+def own(ctx: Context, inc_id: str, rule: SymptomRule, key: AttemptKey, time: datetime,
         symptom: Event | None = None) -> None:
-    window = int(d.rules.cause_window_s // 60)
+    window = int(ctx.rules.cause_window_s // 60)
     explanation = (f"No hardware, network, storage or scheduler signal reached {akey(key)} "
                    f"in the {window} min before its first failure at {time.isoformat()}; "
                    f"classified from the job's own evidence: {rule.why or rule.klass} "
                    f"(rule {rule.name}).")
-    d.book.emit(inc_id, ev.CauseUpdated(
-        klass=rule.klass, entity=akey(key), confidence=d.rules.klass(rule.klass).own_confidence,
+    ctx.book.emit(inc_id, ev.CauseUpdated(
+        klass=rule.klass, entity=akey(key), confidence=ctx.rules.klass(rule.klass).own_confidence,
         explanation=explanation, rank=rule.rank, source="job"), time, rule.name,
-        f"own:{rule.name}")
-    from processors.incidents import actions, routing
+                  f"own:{rule.name}")
 
-    routing.route(d, inc_id, time, rule.name, project=key[0])
-    actions.propose(d, inc_id, time, symptom, rule.name)
+    routing.route(ctx, inc_id, time, rule.name, project=key[0])
+    actions.propose(ctx, inc_id, time, symptom, rule.name)
 
 
-def reclassify(d: Detector, inc_id: str, rule: SymptomRule, time: datetime,
+def reclassify(ctx: Context, inc_id: str, rule: SymptomRule, time: datetime,
                key: AttemptKey) -> None:
     """A job-own incident takes the class of its highest-ranked symptom."""
-    inc = d.book.incidents[inc_id]
+    inc = ctx.book.incidents[inc_id]
     if inc.cause_source != "job" or not inc.job_scoped:
         return
-    current = next((r for r in d.rules.symptoms if r.klass == inc.cause_class), None)
+    current = next((r for r in ctx.rules.symptoms if r.klass == inc.cause_class), None)
     if current is not None and rule.rank <= current.rank:
         return
-    own(d, inc_id, rule, key, time)
+    own(ctx, inc_id, rule, key, time)
 
 
-def explain(d: Detector, inc_id: str, signal: Signal, key: AttemptKey, time: datetime,
+def explain(ctx: Context, inc_id: str, signal: Signal, key: AttemptKey, time: datetime,
             what: str, relation: str, path: str, symptom: Event | None = None) -> None:
     cause = signal.event
     gap = (time - cause.time).total_seconds()
@@ -136,27 +135,26 @@ def explain(d: Detector, inc_id: str, signal: Signal, key: AttemptKey, time: dat
                       relation != "self" else "it is the attempt's own signal")
                    + (f" (path {path})." if path and relation != "self" else "."))
     confidence = CONFIDENCE.get(relation, 0.5) - (0.1 if gap > 300 else 0.0)
-    d.book.emit(inc_id, ev.CauseUpdated(
+    ctx.book.emit(inc_id, ev.CauseUpdated(
         klass=signal.rule.klass, entity=entity, event_id=cause.id,
         confidence=round(confidence, 2), explanation=explanation, relation=relation,
         source="infrastructure"), time, signal.rule.name, f"cause:{cause.id}:{akey(key)}")
-    from processors.incidents import actions, routing
 
-    routing.route(d, inc_id, time, signal.rule.name)
-    actions.propose(d, inc_id, time, cause, signal.rule.name)
+    routing.route(ctx, inc_id, time, signal.rule.name)
+    actions.propose(ctx, inc_id, time, cause, signal.rule.name)
 
 
-def late(d: Detector, signal: Signal) -> None:
+def late(ctx: Context, signal: Signal) -> None:
     """A signal that arrives after the symptoms it explains updates their incident."""
-    limit = timedelta(seconds=d.rules.cause_window_s)
+    limit = timedelta(seconds=ctx.rules.cause_window_s)
     for key, (relation, path) in signal.reached.items():
-        inc_id = d.book.by_attempt.get(key)
+        inc_id = ctx.book.by_attempt.get(key)
         if inc_id is None:
             continue
-        inc = d.book.incidents[inc_id]
+        inc = ctx.book.incidents[inc_id]
         if not inc.active or inc.cause_source != "job" or not inc.job_scoped:
             continue
         first = inc.first_signal_at
         if first is None or not (signal.event.time <= first <= signal.event.time + limit):
             continue
-        explain(d, inc_id, signal, key, first, "the first symptom", relation, path)
+        explain(ctx, inc_id, signal, key, first, "the first symptom", relation, path)

@@ -8,10 +8,12 @@ events out. It coordinates the concerns, each a module of its own:
     impact     impacted attempts; loss arithmetic
     recovery   restart, restore, resume, verify; restart deadlines
     slowdown   hangs and fail-slow (the rules' `progress`)
+    planned    planned work (changes, maintenance drains) is not a fault
     offenders  repeat-offender nodes
 
-All of them decide from the detector's memory (`book.Book`) and the event in hand and
-append through `Book.emit`. Pure: no I/O; both runtimes call it from the shared pipeline in
+All of them decide from a `context.Context` (the detector's memory, `book.Book`, with the
+rules and the topology) and the event in hand, and append through `Book.emit`; none of them
+imports this coordinator. Pure: no I/O; both runtimes call it from the shared pipeline in
 arrival order; timers run on the watermark (the highest event time seen), so the same input
 in the same order gives the same incident log whatever the batching. docs/incidents.md has
 the long form.
@@ -25,13 +27,13 @@ from datetime import datetime
 from typing import Any
 
 from processors.attempts import LIFECYCLE_TYPES, JobRecord, evolve
-from processors.incidents import cause, grouping, offenders, recovery, routing, severity
-from processors.incidents.book import AttemptKey, Book, NotInLog
-from processors.incidents.model import Command, Incident, IncidentEvent, incident_id
+from processors.incidents import cause, grouping, opening, planned, recovery, slowdown
+from processors.incidents.book import AttemptKey, Book, NotInLog, node_of
+from processors.incidents.context import Context
+from processors.incidents.model import Command, Incident, IncidentEvent
 from processors.incidents.rules import Rules
 from processors.timeline import TimelineRow
 from processors.topology import Topology
-from schemas import incident_events as ev
 from schemas.events import Event
 
 
@@ -55,6 +57,11 @@ class Detector:
         self.topology = topology
 
     @property
+    def context(self) -> Context:
+        """What the concerns decide from (built per call: `book` is replaced on restore)."""
+        return Context(self.book, self.rules, self.topology)
+
+    @property
     def incidents(self) -> dict[str, Incident]:
         """The incidents by id (their current state)."""
         return self.book.incidents
@@ -74,7 +81,7 @@ class Detector:
     def restore(self, log: Sequence[IncidentEvent],
                 jobs: Mapping[tuple[str, str], JobRecord] = {}) -> None:
         """Rebuild the incidents and their indexes from the log (no snapshot)."""
-        self.book.restore(log, jobs, grouping.node_of,
+        self.book.restore(log, jobs, node_of,
                            lambda klass: self.rules.klass(klass).group == "node")
 
     def command(self, command: Command) -> list[IncidentEvent]:
@@ -94,20 +101,22 @@ class Detector:
         return out
 
     def _observe(self, event: Event, rows: Sequence[TimelineRow]) -> None:
-        self._advance(event.time)
+        ctx = self.context
+        self._advance(ctx, event.time)
         book = self.book
         if event.type in LIFECYCLE_TYPES and event.job_id:
             job, _ = evolve(book.jobs.get((event.project, event.job_id)), event)
             if job is not None:
                 book.jobs[(event.project, event.job_id)] = job
         if event.job_id:
-            recovery.track(self, event)
-        signal = self.rules.signal_rule(event.type, event.attributes, event.message)
+            recovery.track(ctx, event)
+        signal = planned.observe(ctx, event, self.rules.signal_rule(
+            event.type, event.attributes, event.message))
         if signal is not None:
-            grouping.on_signal(self, event, signal, rows)
+            grouping.on_signal(ctx, event, signal, rows)
         symptom = self.rules.symptom_rule(event.type, event.attributes, event.message)
         if symptom is not None and event.job_id:
-            cause.on_symptom(self, event, symptom, self.attempt_key(event), event.time,
+            cause.on_symptom(ctx, event, symptom, book.attempt_key(event), event.time,
                              event.id)
 
     def forget_jobs(self, cutoff: datetime) -> int:
@@ -139,52 +148,22 @@ class Detector:
         return len(gone)
 
     def reach(self, rows: Sequence[TimelineRow]) -> None:
-        grouping.reach(self, rows)
+        grouping.reach(self.context, rows)
 
-    # --- shared steps -----------------------------------------------------------------------
+    # --- shared steps, kept for callers of the coordinator ---------------------------------
 
     def attempt_key(self, event: Event) -> AttemptKey:
-        return grouping.attempt_key_of(self, event)
+        return self.book.attempt_key(event)
 
     def open_incident(self, key: str, klass: str, entity: str, first_id: str,
                       first_at: datetime, rule: str, time: datetime,
                       observed_at: datetime | None = None) -> str:
-        """Open, route, rate; and count it against its node for the repeat-offender rule."""
-        book = self.book
-        inc_id = incident_id(key, first_id)
-        book.emit(inc_id, ev.IncidentOpened(
-            key=key, klass=klass, entity=entity, title=f"{klass.replace('_', ' ')} on {entity}",
-            first_signal_at=first_at, first_event=first_id), time, rule, "opened")
-        if inc_id not in book.incidents:
-            raise NotInLog(inc_id)
-        if observed_at is not None and not book.replaying:
-            # when the signal reached us: for the latency metric, not part of the log (the
-            # log is a function of the input alone)
-            book.opened_observed[inc_id] = observed_at
-        book.open[key] = inc_id
-        routing.route(self, inc_id, time, rule)
-        severity.assess(self, inc_id, time, rule)
-        if self.rules.klass(klass).group == "node":
-            node = grouping.node_of(entity)
-            if node:
-                offenders.check(self, node, inc_id, time)
-        return inc_id
-
-    def evidence(self, inc_id: str, event: Event, role: str, why: str, rule: str,
-                 attempt: AttemptKey | None = None) -> None:
-        if event.id in self.book.incidents[inc_id].evidence:
-            return  # the same event is never attached twice
-        self.book.emit(inc_id, ev.EvidenceAttached(
-            event_id=event.id, time=event.time, type=event.type, source=event.source.value,
-            entity=event.entity or event.node or "", why=why, role=role, project=event.project,
-            job_id=event.job_id or "", attempt=attempt[2] if attempt else event.attempt),
-            event.time, rule, event.id)
+        return opening.open_incident(self.context, key, klass, entity, first_id, first_at,
+                                     rule, time, observed_at)
 
     # --- timers (event time) --------------------------------------------------------------
 
-    def _advance(self, time: datetime) -> None:
-        from processors.incidents import slowdown
-
+    def _advance(self, ctx: Context, time: datetime) -> None:
         book = self.book
         if book.watermark is not None and time <= book.watermark:
             return
@@ -192,8 +171,9 @@ class Detector:
         while book.timers and book.timers[0][0] < time:
             when, _, kind, ref, key = heapq.heappop(book.timers)
             if kind == "hang":
-                slowdown.hang(self, when, key)
+                slowdown.hang(ctx, when, key)
             elif kind == "restart":
-                recovery.deadline(self, when, ref, key)
-        grouping.forget(self)
+                recovery.deadline(ctx, when, ref, key)
+        grouping.forget(ctx)
+        planned.forget(ctx)
 

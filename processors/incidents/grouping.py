@@ -13,42 +13,40 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from processors.incidents.book import AttemptKey, Signal, akey
+from processors.incidents import actions, cause, impact, opening
+from processors.incidents.book import Signal, akey, node_of
 from processors.incidents.rules import SignalRule
+from processors.incidents.signals import join
 from processors.timeline import TimelineRow, event_filesystem, event_node, event_switch
 from schemas import incident_events as ev
 from schemas.events import Event
 
 if TYPE_CHECKING:
-    from processors.incidents.detector import Detector
+    from processors.incidents.context import Context
 
 
-def node_of(entity: str) -> str:
-    return entity.split("/", 1)[0] if entity else ""
-
-
-def group_key(d: Detector, event: Event, klass: str) -> str:
-    group = d.rules.klass(klass).group
+def group_key(ctx: Context, event: Event, klass: str) -> str:
+    group = ctx.rules.klass(klass).group
     if group == "node":
         return f"node:{event_node(event) or node_of(event.entity or '')}"
     if group == "switch":
         switch, _ = event_switch(event)
         return f"network:{switch or event_node(event) or event.entity}"
     if group == "filesystem":
-        fs = event_filesystem(event, d.topology())
+        fs = event_filesystem(event, ctx.topology())
         return f"storage:{fs or event.entity or event.attributes.get('target', '')}"
     if event.job_id:
-        return f"{klass}:{akey(d.attempt_key(event))}"
+        return f"{klass}:{akey(ctx.book.attempt_key(event))}"
     return f"{klass}:{event.entity or event.node}"
 
 
-def on_signal(d: Detector, event: Event, rule: SignalRule, rows: Sequence[TimelineRow]) -> None:
-    book, rules = d.book, d.rules
+def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[TimelineRow]) -> None:
+    book, rules = ctx.book, ctx.rules
     reached = {(r.project, r.job_id, r.attempt): (r.relation, r.link_path) for r in rows
                if r.relation != "self"}
     if event.job_id:
-        reached[d.attempt_key(event)] = ("self", event.job_id)
-    key = group_key(d, event, rule.klass)
+        reached[ctx.book.attempt_key(event)] = ("self", event.job_id)
+    key = group_key(ctx, event, rule.klass)
     signal = Signal(event, rule, key, reached)
     book.signals.append(signal)
     window = book.counts.setdefault((rule.name, key), deque())
@@ -68,28 +66,28 @@ def on_signal(d: Detector, event: Event, rule: SignalRule, rows: Sequence[Timeli
         if old.status == "resolved" and old.resolved_at and event.time - old.resolved_at <= \
                 timedelta(seconds=rules.group_window_s):
             book.emit(old.id, ev.Reopened(why=f"{rule.klass} signal on {key} again after "
-                                              "resolution", event_id=event.id),
+                                          "resolution", event_id=event.id),
                       event.time, rule.name, event.id)
             book.open[key] = old.id
             book.resolved.pop(key, None)
             open_id = old.id
-    parent = consequence_of(d, event, rule, signal) if open_id is None else None
+    parent = consequence_of(ctx, event, rule, signal) if open_id is None else None
     if parent is not None:
         book.emit(parent, ev.SignalAdded(event_id=event.id, rule=rule.name,
                                          detail=f"consequence: {rule.klass} on "
-                                                f"{event.entity or event.node}"),
+                                         f"{event.entity or event.node}"),
                   event.time, rule.name, event.id)
-        d.evidence(parent, event, "consequence", f"{rule.why or rule.klass}, on a node the "
-                   "incident already holds, after its cause", rule.name)
+        ctx.book.evidence(parent, event, "consequence", f"{rule.why or rule.klass}, on a node the "
+                          "incident already holds, after its cause", rule.name)
     elif open_id is not None:
-        join(d, open_id, signal)
-        self_impact(d, open_id, event, rule)
+        join(ctx, open_id, signal)
+        self_impact(ctx, open_id, event, rule)
     elif len(window) >= rule.threshold.count:
         recent = [s for s in book.signals if s.key == key and s.rule.name == rule.name
                   and s.event.time >= horizon]
         first = recent[0].event
-        inc_id = d.open_incident(key, rule.klass, event.entity or key, first.id, first.time,
-                                 rule.name, event.time, event.observed_at)
+        inc_id = opening.open_incident(ctx, key, rule.klass, event.entity or key, first.id,
+                                       first.time, rule.name, event.time, event.observed_at)
         count = (f"{len(recent)} signals within {rule.threshold.window_s:.0f} s"
                  if len(recent) > 1 else "one signal")
         book.emit(inc_id, ev.CauseUpdated(
@@ -97,33 +95,31 @@ def on_signal(d: Detector, event: Event, rule: SignalRule, rows: Sequence[Timeli
             explanation=f"{first.entity or key} reported {first.type} "
                         f"({rule.why or rule.klass}): {count}, rule {rule.name}. "
                         "No job symptom linked yet.", source="signal"),
-            event.time, rule.name, f"cause:{first.id}")
-        from processors.incidents import actions
+                  event.time, rule.name, f"cause:{first.id}")
 
-        actions.propose(d, inc_id, event.time, first, rule.name)
+        actions.propose(ctx, inc_id, event.time, first, rule.name)
         for s in recent:
-            join(d, inc_id, s)
-        self_impact(d, inc_id, event, rule)
-    from processors.incidents import cause
+            join(ctx, inc_id, s)
+        self_impact(ctx, inc_id, event, rule)
 
-    cause.late(d, signal)
+    cause.late(ctx, signal)
 
 
-def consequence_of(d: Detector, event: Event, rule: SignalRule, signal: Signal) -> str | None:
+def consequence_of(ctx: Context, event: Event, rule: SignalRule, signal: Signal) -> str | None:
     """The active incident a node signal follows from, if any: a drain, a not-ready or an
     Xid on a node whose attempts an incident already holds (every attempt the signal
     reached is in it, or it reached none and the node ran one of the incident's attempts),
     within `group_window_s` after the incident's first signal. One story, one incident."""
-    if d.rules.klass(rule.klass).group != "node" or event.job_id:
+    if ctx.rules.klass(rule.klass).group != "node" or event.job_id:
         return None
     node = event_node(event) or node_of(event.entity or "")
     if not node:
         return None
-    window = timedelta(seconds=d.rules.group_window_s)
+    window = timedelta(seconds=ctx.rules.group_window_s)
     reached = set(signal.reached)
     best: tuple[datetime, str] | None = None
-    for inc_id in set(d.book.open.values()):
-        inc = d.book.incidents[inc_id]
+    for inc_id in set(ctx.book.open.values()):
+        inc = ctx.book.incidents[inc_id]
         first = inc.first_signal_at
         if not inc.active or first is None or not (first <= event.time <= first + window):
             continue
@@ -134,60 +130,27 @@ def consequence_of(d: Detector, event: Event, rule: SignalRule, signal: Signal) 
         if reached:
             follows = reached <= held
         else:
-            follows = any(node in (a.nodes if (a := d.book.attempt(k)) else ()) for k in held)
+            follows = any(node in (a.nodes if (a := ctx.book.attempt(k)) else ()) for k in held)
         if follows and (best is None or (first, inc_id) < best):
             best = (first, inc_id)
     return best[1] if best else None
 
 
-def self_impact(d: Detector, inc_id: str, event: Event, rule: SignalRule) -> None:
+def self_impact(ctx: Context, inc_id: str, event: Event, rule: SignalRule) -> None:
     """A job-scoped signal (a preemption) impacts its own attempt."""
     if event.job_id:
-        from processors.incidents import impact
-
-        key = d.attempt_key(event)
-        d.evidence(inc_id, event, "cause", rule.why, rule.name, key)
-        impact.impacted(d, inc_id, key, event.time, rule.name, role="failed")
+        key = ctx.book.attempt_key(event)
+        ctx.book.evidence(inc_id, event, "cause", rule.why, rule.name, key)
+        impact.impacted(ctx, inc_id, key, event.time, rule.name, role="failed")
 
 
-def join(d: Detector, inc_id: str, signal: Signal) -> None:
-    event, rule = signal.event, signal.rule
-    inc = d.book.incidents[inc_id]
-    if inc.signals >= d.rules.max_signal_evidence:
-        fold(d, inc_id, signal)
-        return
-    repeat = bool(inc.jobs) and any(j.restarted_attempt is not None for j in inc.jobs.values())
-    payload = ev.SignalAdded(event_id=event.id, rule=rule.name, flag="repeat") if repeat \
-        else ev.SignalAdded(event_id=event.id, rule=rule.name)
-    d.book.emit(inc_id, payload, event.time, rule.name, event.id)
-    d.evidence(inc_id, event, "signal", rule.why or rule.klass, rule.name)
-    if repeat:
-        from processors.incidents import severity
 
-        severity.assess(d, inc_id, event.time, rule.name)
-
-
-def fold(d: Detector, inc_id: str, signal: Signal) -> None:
-    """A signal past the incident's `max_signal_evidence`: counted, and logged only as one
-    `signal_added` (with the count) per quarter of the group window, which keeps the
-    incident open for as long as the condition lasts."""
-    book, event = d.book, signal.event
-    folded = book.folded.get(inc_id, 0) + 1
-    last = book.incidents[inc_id].last_signal_at
-    if last is not None and event.time - last < timedelta(seconds=d.rules.group_window_s / 4):
-        book.folded[inc_id] = folded
-        return
-    book.folded.pop(inc_id, None)
-    book.emit(inc_id, ev.SignalAdded(event_id=event.id, rule=signal.rule.name, count=folded),
-              event.time, signal.rule.name, event.id)
-
-
-def reach(d: Detector, rows: Sequence[TimelineRow]) -> None:
+def reach(ctx: Context, rows: Sequence[TimelineRow]) -> None:
     """Late attribution (an attempt that started after the signal arrived) widens the
     fault domains the remembered signals reached."""
     if not any(row.relation != "self" for row in rows):
         return
-    by_id = {s.event.id: s for s in d.book.signals}
+    by_id = {s.event.id: s for s in ctx.book.signals}
     for row in rows:
         signal = by_id.get(row.event.id)
         if signal is not None and row.relation != "self":
@@ -195,19 +158,11 @@ def reach(d: Detector, rows: Sequence[TimelineRow]) -> None:
                                       (row.relation, row.link_path))
 
 
-def forget(d: Detector) -> None:
+def forget(ctx: Context) -> None:
     """Signals older than twice the longest window cannot be a cause any more."""
-    assert d.book.watermark is not None
-    horizon = d.book.watermark - timedelta(seconds=max(d.rules.cause_window_s,
-                                                       d.rules.group_window_s) * 2)
-    signals = d.book.signals
+    assert ctx.book.watermark is not None
+    horizon = ctx.book.watermark - timedelta(seconds=max(ctx.rules.cause_window_s,
+                                                         ctx.rules.group_window_s) * 2)
+    signals = ctx.book.signals
     while signals and signals[0].event.time < horizon:
         signals.popleft()
-
-
-def attempt_key_of(d: Detector, event: Event) -> AttemptKey:
-    number = event.attempt
-    if number is None:
-        job = d.book.jobs.get((event.project, event.job_id or ""))
-        number = (job.attempt_at(event.time) if job else None) or 1
-    return (event.project, event.job_id or "", number)

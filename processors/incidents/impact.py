@@ -6,22 +6,22 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from processors.incidents import severity
+from processors.incidents import offenders, severity
 from processors.incidents.book import AttemptKey, Progress, akey, jobref
 from schemas import incident_events as ev
 from schemas.events import Event
 
 if TYPE_CHECKING:
-    from processors.incidents.detector import Detector
+    from processors.incidents.context import Context
 
 
-def impacted(d: Detector, inc_id: str, key: AttemptKey, time: datetime, rule: str,
+def impacted(ctx: Context, inc_id: str, key: AttemptKey, time: datetime, rule: str,
              role: str, event: Event | None = None) -> None:
     """The attempt joins the incident: `failed` (it died: recovery is followed, the loss is
     counted when progress resumes and again when it passes the failure step) or `degraded`
     (it went on, worse off). The failure step is the step the failure reported, else the
     last progress seen (later reports move it: `recovery.failure_step`)."""
-    book = d.book
+    book = ctx.book
     inc = book.incidents[inc_id]
     if akey(key) in inc.jobs:
         return
@@ -37,24 +37,32 @@ def impacted(d: Detector, inc_id: str, key: AttemptKey, time: datetime, rule: st
                                  started_at=attempt.started_at if attempt else None,
                                  failure_step=step, failure_step_source=source,
                                  last_checkpoint_step=progress.ckpt_step,
-                                 last_checkpoint_at=ckpt_at)
+                                 last_checkpoint_at=ckpt_at,
+                                 failure_step_at=reached(progress, step, time))
         book.by_attempt[key] = inc_id
         book.pending.setdefault((key[0], key[1]), []).append((inc_id, key))
-        book.push_timer(time + timedelta(seconds=d.rules.restart_deadline_s), "restart",
+        book.push_timer(time + timedelta(seconds=ctx.rules.restart_deadline_s), "restart",
                         inc_id, key)
     else:
         payload = ev.JobImpacted(job=jobref(key), gpus=gpus, role=role)
     book.emit(inc_id, payload, time, rule, akey(key))
-    severity.assess(d, inc_id, time, rule)
+    severity.assess(ctx, inc_id, time, rule)
     if inc.key.startswith("node:") and role == "failed":
-        from processors.incidents import offenders
-
-        offenders.failure(d, inc.key[5:], inc_id, akey(key), time)
+        offenders.failure(ctx, inc.key[5:], inc_id, akey(key), time)
     if inc.key.startswith("node:"):
         standing = book.open.get(f"lemon:{inc.key[5:]}")
         if standing is not None:
             book.emit(standing, ev.JobImpacted(job=jobref(key), gpus=gpus, role="linked"),
                       time, "repeat-offender", f"{inc_id}:{akey(key)}")
+
+
+def reached(progress: Progress, step: int | None, time: datetime) -> datetime:
+    """When the attempt first reached `step`: its progress report of it (or of a later
+    step: the report is an upper bound), else `time` (it got there before it failed)."""
+    if step is not None and progress.last_step is not None and progress.last_step_at and \
+            progress.last_step >= step:
+        return min(progress.last_step_at, time)
+    return time
 
 
 def reported_step(event: Event | None) -> int | None:
@@ -65,30 +73,76 @@ def reported_step(event: Event | None) -> int | None:
     return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
-def assess(d: Detector, inc_id: str, failed: AttemptKey, gpus: int, now: Event,
+QUEUE_REASONS = ("priority", "qos", "assoc", "held", "quota", "begintime", "dependency",
+                 "preempt", "reservation", "license", "partition", "maxjobs", "maxgres")
+"""Pending reasons (Slurm's, Kueue's) that mean the job queued behind other work, waited for
+a hold or a user, or was preempted: its GPUs were not held for it. `Resources` (and a
+replacement node not yet available) is a restart waiting with its allocation held."""
+
+
+def queued(reason: str) -> bool:
+    low = reason.lower()
+    return any(word in low for word in QUEUE_REASONS)
+
+
+def wait_split(ctx: Context, failed: AttemptKey, failed_at: datetime,
+               restarted_at: datetime, preempted: bool) -> tuple[float, float]:
+    """(held, queue) seconds of the wait between the failure and the new attempt. Held until
+    the scheduler says otherwise: each `job.pending` after the failure starts a stretch
+    held or queued by its reason; after a preemption the whole wait is the queue's."""
+    total = max(0.0, (restarted_at - failed_at).total_seconds())
+    if preempted or total == 0:
+        return (0.0, total)
+    job = ctx.book.jobs.get((failed[0], failed[1]))
+    marks = sorted({(at, reason) for a in (job.attempts.values() if job else ())
+                    for at, reason in a.pending if failed_at < at < restarted_at})
+    held = queue = 0.0
+    since, queueing = failed_at, False
+    for at, reason in marks:
+        stretch = (at - since).total_seconds()
+        queue, held = (queue + stretch, held) if queueing else (queue, held + stretch)
+        since, queueing = at, queued(reason)
+    stretch = (restarted_at - since).total_seconds()
+    return (held, queue + stretch) if queueing else (held + stretch, queue)
+
+
+def preempted(ctx: Context, inc_id: str, failed: AttemptKey) -> bool:
+    attempt = ctx.book.attempt(failed)
+    return ctx.book.incidents[inc_id].klass == "preemption" or (
+        attempt is not None and attempt.outcome == "preempted")
+
+
+def assess(ctx: Context, inc_id: str, failed: AttemptKey, gpus: int, now: Event,
            final: bool) -> None:
-    """The loss of a failed attempt, split by phase:
+    """The loss of a failed attempt, GPU time counted once (productive time once, the rest
+    is badput; docs/incidents.md has the worked example):
 
-        rework    = failure - last good checkpoint      (work done, then lost)
-        downtime  = restarted - failure                 (nothing running)
-        restore   = progress resumed - restarted        (starting, loading the checkpoint)
-        recompute = progress passed the failure step - progress resumed  (re-doing steps)
-        lost GPU-hours = GPUs x (rework + downtime + restore + recompute) / 3600
+        rework   = failure - last good checkpoint    (work thrown away, a hang included)
+        downtime = the wait from the failure to the new attempt while the job's GPUs were
+                   held for it (`wait_split`)
+        restore  = progress resumed - restarted      (restart overhead)
+        lost GPU-hours = GPUs x (rework + downtime + restore) / 3600
 
-    Assessed when progress resumes (recompute still 0) and again, final, when it passes the
-    failure step. A failed checkpoint between the last good one and the failure would have
-    saved (failed checkpoint - last good checkpoint) of the rework: that is charged to the
-    checkpoint's own incident and taken off this one."""
-    book = d.book
+    A preemption is the scheduler's decision: its loss is the rework alone. Reported beside
+    it, not counted: `queue` (the rest of the wait) and, final, the job's `setback` (progress
+    passed the failure step again - when it first reached it). Re-doing the thrown-away
+    steps after the restore is that same work again, not a second loss. Assessed when
+    progress resumes and again, final, when it passes the failure step. A failed checkpoint
+    between the last good one and the failure would have saved (failed checkpoint - last
+    good checkpoint) of the rework: that is charged to the checkpoint's own incident and
+    taken off this one."""
+    book = ctx.book
     job = book.incidents[inc_id].jobs[akey(failed)]
     failed_at = job.failed_at or now.time
     start = job.last_checkpoint_at or failed_at
     resumed_at = job.resumed_at or now.time
     restarted_at = job.restarted_at or resumed_at
     rework_s = (failed_at - start).total_seconds()
-    downtime_s = max(0.0, (restarted_at - failed_at).total_seconds())
-    restore_s = max(0.0, (resumed_at - restarted_at).total_seconds())
-    recompute_s = max(0.0, (now.time - resumed_at).total_seconds()) if final else 0.0
+    scheduled = preempted(ctx, inc_id, failed)
+    downtime_s, queue_s = wait_split(ctx, failed, failed_at, restarted_at, scheduled)
+    restore_s = 0.0 if scheduled else max(0.0, (resumed_at - restarted_at).total_seconds())
+    reached_at = job.failure_step_at or failed_at
+    setback_s = max(0.0, (now.time - reached_at).total_seconds()) if final else 0.0
     restored = job.restored_step if job.restored_step is not None else \
         job.last_checkpoint_step
     lost_steps = max(0, (job.failure_step or 0) - (restored or 0)) \
@@ -104,16 +158,17 @@ def assess(d: Detector, inc_id: str, failed: AttemptKey, gpus: int, now: Event,
                 job=jobref(failed), role="degraded",
                 why="the failed checkpoint would have saved this work"), now.time,
                 "impact", f"charge:{inc_id}:{akey(failed)}")
-            severity.assess(d, ckpt_inc, now.time, "impact")
+            severity.assess(ctx, ckpt_inc, now.time, "impact")
     if job.resumed_at is None:
         book.emit(inc_id, ev.RecoveryObserved(job=jobref(failed), stage="progress_resumed",
                                               resumed_at=now.time),
                   now.time, "recovery", f"resumed:{akey(failed)}")
     rework_s -= charge_s
-    total_s = rework_s + downtime_s + restore_s + recompute_s
+    total_s = rework_s + downtime_s + restore_s
     book.emit(inc_id, ev.ImpactAssessed(
         job=jobref(failed), lost_gpu_hours=round(gpus * total_s / 3600, 6),
         lost_steps=lost_steps, rework_s=rework_s, downtime_s=downtime_s, restore_s=restore_s,
-        recompute_s=recompute_s, charged_elsewhere_gpu_hours=round(gpus * charge_s / 3600, 6)),
+        queue_s=queue_s, setback_s=setback_s,
+        charged_elsewhere_gpu_hours=round(gpus * charge_s / 3600, 6)),
         now.time, "impact", f"{'final' if final else 'assess'}:{akey(failed)}")
-    severity.assess(d, inc_id, now.time, "impact")
+    severity.assess(ctx, inc_id, now.time, "impact")

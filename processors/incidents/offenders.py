@@ -11,30 +11,31 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from processors.incidents import actions
 from processors.incidents.book import akey, jobref
 from processors.incidents.model import incident_id
 from schemas import incident_events as ev
 
 if TYPE_CHECKING:
-    from processors.incidents.detector import Detector
+    from processors.incidents.context import Context
 
 RULE = "repeat-offender"
 
 
-def failure(d: Detector, node: str, inc_id: str, attempt: str, time: datetime) -> None:
+def failure(ctx: Context, node: str, inc_id: str, attempt: str, time: datetime) -> None:
     """An attempt failed of a node-grouped incident."""
-    check(d, node, inc_id, time, f"{inc_id}/{attempt}")
+    check(ctx, node, inc_id, time, f"{inc_id}/{attempt}")
 
 
-def check(d: Detector, node: str, inc_id: str, time: datetime, token: str = "") -> None:
-    book = d.book
+def check(ctx: Context, node: str, inc_id: str, time: datetime, token: str = "") -> None:
+    book = ctx.book
     seen = book.node_incidents.setdefault(node, {})
     seen[token or inc_id] = time
-    horizon = time - timedelta(seconds=d.rules.repeat_offender_window_s)
+    horizon = time - timedelta(seconds=ctx.rules.repeat_offender_window_s)
     tokens = {t: at for t, at in seen.items() if at >= horizon}
     with_failures = {t.split("/", 1)[0] for t in tokens if "/" in t}
     failures = sum(1 for t in tokens if "/" in t or t not in with_failures)
-    if failures < d.rules.repeat_offender_count:
+    if failures < ctx.rules.repeat_offender_count:
         return
     incidents: dict[str, datetime] = {}
     for t, at in tokens.items():
@@ -51,20 +52,19 @@ def check(d: Detector, node: str, inc_id: str, time: datetime, token: str = "") 
                                               first_signal_at=recent[0][0]),
                   time, RULE, "opened")
         book.open[key] = standing
-        entry = d.rules.klass("repeat_offender")
+        entry = ctx.rules.klass("repeat_offender")
         book.emit(standing, ev.OwnerAssigned(
             team=entry.team, rule=RULE,
             why=f"{node} is behind {failures} failures: {entry.why or entry.team}"),
-            time, RULE, "owner")
+                  time, RULE, "owner")
         book.emit(standing, ev.CauseUpdated(
             klass="repeat_offender", entity=node, confidence=0.8,
             explanation=f"{node} is the faulty entity of {failures} failures "
                         f"({len(recent)} incidents) within "
-                        f"{d.rules.repeat_offender_window_s / 86400:.0f} days; each is linked "
+                        f"{ctx.rules.repeat_offender_window_s / 86400:.0f} days; each is linked "
                         "here."), time, RULE, "cause")
-        from processors.incidents import actions
 
-        actions.propose(d, standing, time, None, RULE)
+        actions.propose(ctx, standing, time, None, RULE)
     for _, linked in recent:
         book.emit(standing, ev.SignalAdded(linked=linked), time, RULE, f"link:{linked}")
         for impact in book.incidents[linked].jobs.values():

@@ -20,6 +20,7 @@ def log_row(event: IncidentEvent) -> dict[str, Any]:
     return {"id": event.id, "incident_id": event.incident_id, "seq": event.seq,
             "kind": event.kind, "time": event.time.isoformat(), "actor_kind": event.actor.kind,
             "actor": event.actor.name, "rule": event.actor.rule,
+            "credential": event.actor.credential,
             "data": event.model_dump_json(include={"data"})[8:-1],
             "command_id": event.command_id}
 
@@ -66,7 +67,7 @@ def job_rows(inc: Incident) -> list[dict[str, Any]]:
              "restored_step": j.restored_step, "resumed_at": _t(j.resumed_at),
              "verified_at": _t(j.verified_at), "lost_gpu_hours": j.lost_gpu_hours,
              "lost_steps": j.lost_steps, "rework_s": j.rework_s, "downtime_s": j.downtime_s,
-             "restore_s": j.restore_s, "recompute_s": j.recompute_s,
+             "restore_s": j.restore_s, "queue_s": j.queue_s, "setback_s": j.setback_s,
              "degraded_s": j.degraded_s, "recovery": j.recovery,
              "duplicate_run": j.duplicate_run, "version": inc.seq}
             for j in inc.jobs.values()]

@@ -10,98 +10,96 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from processors.incidents import impact, severity
+from processors.incidents import impact, severity, slowdown
 from processors.incidents.book import AttemptKey, Progress, akey, jobref
 from schemas import incident_events as ev
 from schemas.events import Event
 
 if TYPE_CHECKING:
-    from processors.incidents.detector import Detector
+    from processors.incidents.context import Context
 
 
-def track(d: Detector, event: Event) -> None:
+def track(ctx: Context, event: Event) -> None:
     """Progress of the event's attempt, and what it means for pending recoveries."""
-    from processors.incidents import slowdown
-
-    key = d.attempt_key(event)
-    progress = d.book.progress.get(key)
+    key = ctx.book.attempt_key(event)
+    progress = ctx.book.progress.get(key)
     if progress is None:  # not setdefault: a Progress per event was a cost per event
-        progress = d.book.progress[key] = Progress()
+        progress = ctx.book.progress[key] = Progress()
     attrs: dict[str, Any] = event.attributes
     if event.type == "job.step" and isinstance(attrs.get("step"), int):
         progress.last_step, progress.last_step_at = attrs["step"], event.time
         progress.last_step_event = event.id
-        slowdown.arm_hang(d, progress, key)
+        slowdown.arm_hang(ctx, progress, key)
         step_time = attrs.get("step_time_s")
         if isinstance(step_time, int | float) and not isinstance(step_time, bool):
-            slowdown.sample(d, event, key, progress, float(step_time))
-        failure_step(d, event, key, attrs["step"], "progress")
-        progressed(d, event, key, attrs["step"])
+            slowdown.sample(ctx, event, key, progress, float(step_time))
+        failure_step(ctx, event, key, attrs["step"], "progress")
+        progressed(ctx, event, key, attrs["step"])
     elif event.type in ("job.failed", "job.worker_exited") and \
             (reported := impact.reported_step(event)) is not None:
-        failure_step(d, event, key, reported, event.type)
+        failure_step(ctx, event, key, reported, event.type)
     elif event.type == "checkpoint.saved" and isinstance(attrs.get("step"), int):
         progress.ckpt_step, progress.ckpt_at = attrs["step"], event.time
         progress.failed_ckpt = None
         # a checkpoint is progress too: a slow save is not a hang
         progress.last_step_at, progress.last_step_event = event.time, event.id
-        slowdown.arm_hang(d, progress, key)
+        slowdown.arm_hang(ctx, progress, key)
     elif event.type == "checkpoint.restored" and isinstance(attrs.get("step"), int):
-        restored(d, event, key, attrs["step"])
+        restored(ctx, event, key, attrs["step"])
     elif event.type == "job.started":
-        restarted(d, event, key)
+        restarted(ctx, event, key)
     if event.type in _ENDED:
-        slowdown.attempt_ended(d, key, event.time)
+        slowdown.attempt_ended(ctx, key, event.time)
 
 
 _ENDED = frozenset({"job.completed", "job.failed", "job.cancelled", "job.timeout",
                     "job.requeued", "job.preempted"})
 
 
-def _pending(d: Detector, key: AttemptKey) -> list[tuple[str, AttemptKey]]:
+def _pending(ctx: Context, key: AttemptKey) -> list[tuple[str, AttemptKey]]:
     """Earlier attempts of the same job still waiting for their recovery to be verified."""
-    return [(inc_id, failed) for inc_id, failed in d.book.pending.get((key[0], key[1]), [])
+    return [(inc_id, failed) for inc_id, failed in ctx.book.pending.get((key[0], key[1]), [])
             if failed[2] < key[2]]
 
 
-def restored(d: Detector, event: Event, key: AttemptKey, step: int) -> None:
-    for inc_id, failed in _pending(d, key):
-        d.book.emit(inc_id, ev.RecoveryObserved(job=jobref(failed), stage="restored",
-                                                restored_step=step, by_attempt=key[2]),
-                    event.time, "recovery", f"restored:{akey(failed)}:{key[2]}")
-        d.evidence(inc_id, event, "recovery", "restored from checkpoint", "recovery", key)
+def restored(ctx: Context, event: Event, key: AttemptKey, step: int) -> None:
+    for inc_id, failed in _pending(ctx, key):
+        ctx.book.emit(inc_id, ev.RecoveryObserved(job=jobref(failed), stage="restored",
+                                                  restored_step=step, by_attempt=key[2]),
+                      event.time, "recovery", f"restored:{akey(failed)}:{key[2]}")
+        ctx.book.evidence(inc_id, event, "recovery", "restored from checkpoint", "recovery", key)
 
 
-def restarted(d: Detector, event: Event, key: AttemptKey) -> None:
-    for inc_id, failed in _pending(d, key):
-        old = d.book.attempt(failed)
+def restarted(ctx: Context, event: Event, key: AttemptKey) -> None:
+    for inc_id, failed in _pending(ctx, key):
+        old = ctx.book.attempt(failed)
         overlap = old is not None and (old.ended_at is None or old.ended_at > event.time)
         payload = ev.RecoveryObserved(job=jobref(failed), stage="restarted",
                                       restarted_attempt=key[2], restarted_at=event.time,
                                       duplicate_run=True) if overlap else \
             ev.RecoveryObserved(job=jobref(failed), stage="restarted",
                                 restarted_attempt=key[2], restarted_at=event.time)
-        d.book.emit(inc_id, payload, event.time, "recovery",
-                    f"restarted:{akey(failed)}:{key[2]}")
-        d.evidence(inc_id, event, "recovery", f"attempt {key[2]} started", "recovery", key)
+        ctx.book.emit(inc_id, payload, event.time, "recovery",
+                      f"restarted:{akey(failed)}:{key[2]}")
+        ctx.book.evidence(inc_id, event, "recovery", f"attempt {key[2]} started", "recovery", key)
         if overlap:
-            severity.flag(d, inc_id, "duplicate_run", event.time, "recovery",
+            severity.flag(ctx, inc_id, "duplicate_run", event.time, "recovery",
                           f"attempt {key[2]} started while attempt {failed[2]} was still "
                           "running")
 
 
-def failure_step(d: Detector, event: Event, key: AttemptKey, step: int, source: str) -> None:
+def failure_step(ctx: Context, event: Event, key: AttemptKey, step: int, source: str) -> None:
     """Where a failed attempt stopped, from the best evidence: the step its failure
     reported wins; otherwise a progress report of the attempt that arrives after its first
     symptom (logs lag) moves it forward."""
-    inc_id = d.book.by_attempt.get(key)
+    inc_id = ctx.book.by_attempt.get(key)
     if inc_id is None:
         return
-    job = d.book.incidents[inc_id].jobs.get(akey(key))
+    job = ctx.book.incidents[inc_id].jobs.get(akey(key))
     if job is None or job.role != "failed" or job.resumed_at is not None:
         return
     if source == "progress":
-        attempt = d.book.attempt(key)
+        attempt = ctx.book.attempt(key)
         if job.failure_step_source in ("job.failed", "job.worker_exited") or (
                 job.failure_step is not None and step <= job.failure_step) or (
                 attempt is not None and attempt.ended_at is not None
@@ -110,43 +108,68 @@ def failure_step(d: Detector, event: Event, key: AttemptKey, step: int, source: 
     elif job.failure_step == step and job.failure_step_source in ("job.failed",
                                                                   "job.worker_exited"):
         return
-    d.book.emit(inc_id, ev.FailureStepUpdated(job=jobref(key), failure_step=step,
-                                              failure_step_source=source, event_id=event.id),
-                event.time, "impact", f"failure-step:{akey(key)}:{event.id}")
+    at = event.time if source == "progress" else impact.reached(
+        ctx.book.progress.get(key, Progress()), step, job.failed_at or event.time)
+    ctx.book.emit(inc_id, ev.FailureStepUpdated(job=jobref(key), failure_step=step,
+                                                failure_step_source=source, event_id=event.id,
+                                                failure_step_at=at),
+                  event.time, "impact", f"failure-step:{akey(key)}:{event.id}")
 
 
-def progressed(d: Detector, event: Event, key: AttemptKey, step: int) -> None:
-    pending = d.book.pending.get((key[0], key[1]), [])
+def progressed(ctx: Context, event: Event, key: AttemptKey, step: int) -> None:
+    pending = ctx.book.pending.get((key[0], key[1]), [])
     for inc_id, failed in list(pending):
         if failed[2] >= key[2]:
             continue
-        job = d.book.incidents[inc_id].jobs.get(akey(failed))
+        job = ctx.book.incidents[inc_id].jobs.get(akey(failed))
         if job is None:
             continue
         if job.resumed_at is None:
-            impact.assess(d, inc_id, failed, job.gpus, event, final=False)
-            job = d.book.incidents[inc_id].jobs[akey(failed)]
+            impact.assess(ctx, inc_id, failed, job.gpus, event, final=False)
+            job = ctx.book.incidents[inc_id].jobs[akey(failed)]
         target = job.failure_step if job.failure_step is not None else -1
         if step > target:
-            impact.assess(d, inc_id, failed, job.gpus, event, final=True)
-            job = d.book.incidents[inc_id].jobs[akey(failed)]
-            d.book.emit(inc_id, ev.RecoveryVerified(job=jobref(failed), verified_at=event.time,
-                                                    step=step, past=job.failure_step),
-                        event.time, "recovery", f"verified:{akey(failed)}")
-            d.evidence(inc_id, event, "recovery",
-                       f"step {step} passed the failure point ({job.failure_step})",
-                       "recovery", key)
+            impact.assess(ctx, inc_id, failed, job.gpus, event, final=True)
+            job = ctx.book.incidents[inc_id].jobs[akey(failed)]
+            ctx.book.emit(inc_id, ev.RecoveryVerified(job=jobref(failed), verified_at=event.time,
+                                                      step=step, past=job.failure_step),
+                          event.time, "recovery", f"verified:{akey(failed)}")
+            ctx.book.evidence(inc_id, event, "recovery",
+                              f"step {step} passed the failure point ({job.failure_step})",
+                              "recovery", key)
             pending.remove((inc_id, failed))
 
 
-def deadline(d: Detector, when: datetime, inc_id: str, key: AttemptKey) -> None:
+def deadline(ctx: Context, when: datetime, inc_id: str, key: AttemptKey) -> None:
     """The restart deadline of a failed attempt passed."""
-    inc = d.book.incidents.get(inc_id)
+    inc = ctx.book.incidents.get(inc_id)
     if inc is None or not inc.active:
         return
     job = inc.jobs.get(akey(key))
     if job is None or job.restarted_attempt is not None:
         return
-    minutes = d.rules.restart_deadline_s / 60
-    severity.flag(d, inc_id, "no_restart", when, "restart-deadline",
+    minutes = ctx.rules.restart_deadline_s / 60
+    waiting = waiting_for(ctx, inc_id, key, job.failed_at or when, when)
+    if waiting:  # the scheduler's or the user's turn: not the cluster failing to restart it
+        severity.flag(ctx, inc_id, "waiting", when, "restart-deadline",
+                      f"{akey(key)} not restarted within {minutes:.0f} min: {waiting}")
+        return
+    severity.flag(ctx, inc_id, "no_restart", when, "restart-deadline",
                   f"{akey(key)} not restarted within {minutes:.0f} min")
+
+
+def waiting_for(ctx: Context, inc_id: str, key: AttemptKey, failed_at: datetime,
+                now: datetime) -> str:
+    """Why a failed attempt's job is not back yet when that is not the cluster's doing: it
+    was preempted, or the scheduler's latest pending reason since the failure queues it
+    behind other work or holds it for its user ('' otherwise)."""
+    if impact.preempted(ctx, inc_id, key):
+        return "waiting for the scheduler after a preemption"
+    job = ctx.book.jobs.get((key[0], key[1]))
+    marks = sorted((at, reason) for a in (job.attempts.values() if job else ())
+                   for at, reason in a.pending if failed_at < at <= now)
+    if not marks or not impact.queued(marks[-1][1]):
+        return ""
+    reason = marks[-1][1]
+    whose = "its user" if "user" in reason.lower() else "the scheduler"
+    return f"waiting for {whose} (pending: {reason})"

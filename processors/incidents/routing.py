@@ -13,28 +13,28 @@ from typing import TYPE_CHECKING
 from schemas import incident_events as ev
 
 if TYPE_CHECKING:
-    from processors.incidents.detector import Detector
+    from processors.incidents.context import Context
 
 
-def owner(d: Detector, klass: str, entity: str, project: str) -> tuple[str, str, str]:
+def owner(ctx: Context, klass: str, entity: str, project: str) -> tuple[str, str, str]:
     """(team, rule, why) for an incident of `klass` on `entity`."""
-    routing = d.rules.routing
+    routing = ctx.rules.routing
     match = next((r for r in routing.rules if r.matches(klass, entity)), None)
     if match is not None:
         return match.team, match.name, match.why or f"{klass} matches routing rule {match.name}"
-    entry = d.rules.klass(klass)
+    entry = ctx.rules.klass(klass)
     if entry.team == "job":
         team = routing.team_of_project.get(project, f"project:{project}")
         return team, "job-owner", f"{klass} is the job's own: routed to {project}'s team"
     return entry.team, klass, entry.why or f"{klass} belongs to {entry.team}"
 
 
-def route(d: Detector, inc_id: str, time: datetime, rule: str, project: str = "") -> None:
-    inc = d.book.incidents[inc_id]
+def route(ctx: Context, inc_id: str, time: datetime, rule: str, project: str = "") -> None:
+    inc = ctx.book.incidents[inc_id]
     if inc.owner_rule == "manual":
         return  # a person assigned it; the processor does not take it back
     project = project or (inc.projects[0] if inc.projects else inc.entity.split("/")[0])
-    team, route_name, why = owner(d, inc.klass, inc.entity, project)
+    team, route_name, why = owner(ctx, inc.klass, inc.entity, project)
     if team != inc.owner:
-        d.book.emit(inc_id, ev.OwnerAssigned(team=team, rule=route_name, why=why), time, rule,
-                    f"owner:{team}:{inc.klass}")
+        ctx.book.emit(inc_id, ev.OwnerAssigned(team=team, rule=route_name, why=why), time, rule,
+                      f"owner:{team}:{inc.klass}")

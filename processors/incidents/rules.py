@@ -108,6 +108,15 @@ class FailureClass(_Strict):
     """A symptom of this class gets an incident of its own even when its attempt already
     has one (a failed checkpoint is its own story; the crash that follows is another)."""
     actions: list[ProposedAction] = Field(default_factory=list)
+    fault: Literal["cluster", "job", "scheduler", "planned", ""] = ""
+    """Whose fault an incident of this class is: the cluster's (its severity may be raised
+    for no restart within the deadline), the job's own, or the scheduler's decision (a
+    preemption); neither of the last two is above `severity.not_at_fault_max`. Default:
+    `job` for a class the job owns, else `cluster`."""
+
+    @property
+    def at_fault(self) -> str:
+        return self.fault or ("job" if self.team == "job" else "cluster")
 
 
 class SignalRule(_Strict):
@@ -205,6 +214,9 @@ class Severity(_Strict):
     raise_on_no_restart: bool = True
     high_priority: int = 1000
     """Jobs at or above this scheduler priority raise the severity one level."""
+    not_at_fault_max: str = Field(default="sev3", pattern=r"^sev[1-4]$")
+    """The highest severity of an incident the cluster is not at fault for (a job's own
+    failure, a preemption): impact alone does not page the cluster's on-call for it."""
 
 
 class Rules(_Strict):
@@ -222,6 +234,16 @@ class Rules(_Strict):
     """Per incident: past it a sustained condition (a GPU ticking correctable errors for
     days) is counted in one `signal_added` per quarter group window, not logged and attached
     signal by signal, so an incident's log and a worker's memory stay bounded."""
+    planned_window_s: float = Field(default=4 * 3600, gt=0)
+    """How long after a change (`change.*`) or a maintenance drain its node's drains and
+    reboots (not-ready) are planned work rather than faults."""
+    planned_reasons: str = (r"(?i)\b(maint\w*|planned|upgrad\w*|firmware|patch\w*|reboot|"
+                            r"reimag\w*|change[ -](?:request|ticket)|chg\d*|ticket)\b|"
+                            r"\b[A-Z]{2,10}-\d+\b")
+    """A drain reason matching this (a maintenance word or a ticket like CHG-1234) is
+    planned work; so is a drain whose attributes carry a `ticket`. A reason that says
+    `unexpected`, `fail`, `error` or names an Xid never is (Slurm's "Node unexpectedly
+    rebooted", NHC's "Xid 79")."""
     classes: dict[str, FailureClass] = Field(default_factory=dict)
     signals: list[SignalRule] = Field(default_factory=list)
     symptoms: list[SymptomRule] = Field(default_factory=list)

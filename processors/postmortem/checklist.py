@@ -14,7 +14,7 @@ from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from processors.incidents.model import Incident
+    from processors.incidents.aggregate import Incident
 
 MAJOR = ("sev1", "sev2")
 FOLLOWUP_DAYS = {"sev1": 14, "sev2": 30, "sev3": 60, "sev4": 90}

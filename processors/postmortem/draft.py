@@ -22,7 +22,8 @@ import jinja2
 from processors.postmortem.state import LEARNINGS, SECTIONS, TITLES, Postmortem
 
 if TYPE_CHECKING:
-    from processors.incidents.model import Evidence, Incident, Told
+    from processors.incidents.aggregate import Told
+    from processors.incidents.model import Evidence, Incident
 
 TEMPLATE_PATH = Path(__file__).with_name("postmortem.md.j2")
 TEMPLATE_DIGEST = hashlib.sha256(TEMPLATE_PATH.read_bytes()).hexdigest()[:12]
@@ -276,8 +277,8 @@ def impact(inc: Incident) -> str:
             f" {gpu_h(inc.charged_gpu_hours)} GPU-hours were charged here from other "
             "incidents." if inc.charged_gpu_hours else "")
     head = ("| Job | Attempt | Role | GPUs | Failure step | Last checkpoint | Checkpoint age "
-            "at failure | Steps lost | GPU-h lost | rework | downtime | restore | recompute |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+            "at failure | Steps lost | GPU-h lost | rework | downtime | restore | setback | "
+            "queue |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for j in jobs:
         def part(seconds: float, gpus: int = j.gpus) -> str:
@@ -289,7 +290,7 @@ def impact(inc: Incident) -> str:
             f"{'—' if j.last_checkpoint_step is None else j.last_checkpoint_step} | "
             f"{duration(age)} | {j.lost_steps} | {gpu_h(j.lost_gpu_hours)} | "
             f"{part(j.rework_s)} | {part(j.downtime_s)} | {part(j.restore_s)} | "
-            f"{part(j.recompute_s)} |")
+            f"{duration(j.setback_s or None)} | {duration(j.queue_s or None)} |")
     failed = _failed(inc)
 
     def total(name: str) -> str:
@@ -300,9 +301,10 @@ def impact(inc: Incident) -> str:
     lines += ["", f"- Jobs: {len({(j.project, j.job_id) for j in jobs if j.role != 'linked'})}"
               f"; GPUs failed: {sum(j.gpus for j in failed)}",
               f"- Lost GPU-hours: {gpu_h(inc.lost_gpu_hours)} = rework {total('rework_s')} + "
-              f"downtime {total('downtime_s')} + restore {total('restore_s')} + recompute "
-              f"{total('recompute_s')} + degraded {total('degraded_s')} + charged from other "
-              f"incidents {gpu_h(inc.charged_gpu_hours)}",
+              f"downtime {total('downtime_s')} + restore {total('restore_s')} + degraded "
+              f"{total('degraded_s')} + charged from other incidents "
+              f"{gpu_h(inc.charged_gpu_hours)} (re-doing the lost steps is not counted again; "
+              "setback and queue are wall clock, beside it)",
               f"- Restarts: {restarts} of {len(failed)} failed attempt(s); steps lost: "
               f"{inc.lost_steps}",
               f"- Oldest checkpoint at failure: {duration(max(ages)) if ages else '—'}"]

@@ -284,3 +284,30 @@ def test_example_mapping_files_load() -> None:
                                 str(root / "cloudevents-mapping.yaml"))
     assert config.alert_mapping and "PDUPowerLost" in config.alert_mapping
     assert config.cloudevents_mapping and "com.example.ufm.port.up" in config.cloudevents_mapping
+
+
+def test_slurmctld_requeue_per_request_starts_a_new_attempt_on_the_new_nodes() -> None:
+    """Issue 27 (scheduler truth): `_job_complete: requeue JobId=N per user/system request`
+    then a new `sched: Allocate JobId=N` is attempt 2 on the new node list; the NHC drain
+    reason names the Xid it saw."""
+    from processors.attempts import evolve
+
+    events, dead = _run("slurmctld", "requeue_new_allocation.log", cluster="cluster-a",
+                        project="llm-pretrain")
+    assert not dead
+    assert [(e.type, e.job_id or e.entity) for e in events] == [
+        ("job.submitted", "880200"), ("job.started", "880200"), ("node.drained", "node-012"),
+        ("job.failed", "880200"), ("job.requeued", "880200"), ("job.started", "880200"),
+        ("job.completed", "880200")]  # the new attempt's exit is its own, not skipped
+    drained = events[2]
+    assert drained.attributes["xid"] == 79 and "NHC" in drained.attributes["reason"]
+    assert events[4].attributes["detail"] == "user/system request"
+    job = None
+    for event in events:
+        job, _ = evolve(job, event)
+    assert job is not None
+    first, second = job.attempts[1], job.attempts[2]
+    assert (first.nodes, first.outcome) == (("node-011", "node-012"), "failed")
+    assert (second.nodes, second.outcome) == (("node-011", "node-013"), "completed")
+    assert second.started_at is not None and second.started_at.isoformat() == \
+        "2026-11-30T10:41:00+00:00"

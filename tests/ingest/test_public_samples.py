@@ -403,3 +403,19 @@ def test_sinfo_json() -> None:
         ("node.not_ready", "node-045", _at(2025, 11, 30, 9, 15, 0), "Not responding"),
         ("node.not_ready", "node-046", _at(2025, 11, 30, 9, 15, 0), "Not responding"),
         ("node.drained", "node-047", _at(2025, 11, 30, 9, 20, 0), "Xid 79")]
+
+
+def test_megatron_lines_without_a_time_take_the_time_of_their_timed_neighbours() -> None:
+    """Issue 27: Megatron prints its checkpoint save/load lines without a time; they take
+    the time of the nearest timed line of the same file and say so, never the read time."""
+    events, letters, _ = _run("training-log", "megatron_untimed.log", project="p",
+                              job_id="j", attempt=1, node="n1")
+    assert not letters
+    got = [(e.type, e.attributes["step"], e.time, e.attributes["time_source"],
+            e.attributes.get("time_from_line")) for e in events]
+    assert got == [
+        ("job.step", 100, _at(2026, 11, 30, 10, 10, 0), "line", None),
+        ("checkpoint.saved", 100, _at(2026, 11, 30, 10, 10, 0), "previous_line", 1),
+        ("job.step", 200, _at(2026, 11, 30, 10, 12, 0), "line", None),
+        ("checkpoint.restored", 100, _at(2026, 11, 30, 10, 12, 0), "previous_line", 4)]
+    assert all(e.time != READ_AT for e in events)

@@ -95,7 +95,7 @@ def test_no_planted_credential_survives_the_cluster_runtime(kafka_broker: str,
                 commands.append(json.dumps({
                     "command_id": built["command_id"], "incident_id": incident,
                     "command": built["command"], "time": datetime.now(UTC).isoformat(),
-                    "actor": {"kind": "person", "name": built["by"]},
+                    "actor": {"kind": "person", "name": built.get("by", "alice")},
                     "data": built["data"]}).encode())
                 tried.append(case)
             elif case.placement.name in ("event.message", "event.attribute", "event.entity",

@@ -190,8 +190,9 @@ def test_incident_commands_through_the_broker(kafka_broker: str, tmp_path: Path)
         network = next(json.loads(line) for line in listed.stdout.splitlines()
                        if json.loads(line)["class"] == "network")
         for verb in ("ack", "close"):
-            subprocess.run([*JOBTRAIL, "incident", verb, network["incident_id"], "--by", "alice",
-                            "--command-id", f"cmd-{verb}"], env=cluster_env, check=True,
+            subprocess.run([*JOBTRAIL, "incident", verb, network["incident_id"],
+                            "--command-id", f"cmd-{verb}"],
+                           env={**cluster_env, "JOBTRAIL_IDENTITY": "alice"}, check=True,
                            capture_output=True, timeout=120)
         worker.start()
         wait_caught_up(kafka_broker, app_id, topics, worker)

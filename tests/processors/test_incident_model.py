@@ -157,3 +157,40 @@ def test_a_sustained_condition_is_counted_past_the_cap_not_logged_signal_by_sign
                          for a, b in itertools.pairwise(beats))
     # bounded: one entry per quarter window past the cap, not two per signal
     assert len(log) < 3 * cap + len(sbe) * 20 / quarter + 20
+
+
+def test_a_stored_v1_loss_is_recomputed_without_the_recompute_on_every_fold() -> None:
+    """Issue 27: v1 `impact_assessed` counted the re-done steps a second time; folding the
+    stored log (replay, restore, drafts) takes them out, exactly, without rewriting it."""
+    from processors.incidents.model import IncidentEvent
+
+    processor = Actor(kind="processor", name="detector", rule="impact")
+    job = {"project": "p", "job_id": "j", "attempt": 1}
+    v1 = {"job": job, "lost_gpu_hours": 426.666667, "lost_steps": 200, "rework_s": 1260.0,
+          "downtime_s": 540.0, "restore_s": 300.0, "recompute_s": 900.0,
+          "charged_elsewhere_gpu_hours": 0.0}
+    log = [IncidentEvent(id="e1", incident_id="inc-x", seq=1, kind="job_impacted", time=at(0),
+                         actor=processor, data={"job": job, "gpus": 512}),
+           IncidentEvent(id="e2", incident_id="inc-x", seq=2, kind="impact_assessed",
+                         time=at(60), actor=processor, data=v1)]
+    (inc,) = fold(log).values()
+    assert inc.lost_gpu_hours == 298.666667  # 512 x (1260 + 540 + 300) s / 3600
+    assert inc.jobs["p/j/1"].rework_s == 1260.0 and inc.jobs["p/j/1"].queue_s == 0.0
+
+
+@pytest.mark.parametrize(("reason", "planned"), [
+    ("CHG-2041 firmware update", True), ("maintenance: PSU swap", True), ("Reboot ASAP", True),
+    ("Node unexpectedly rebooted boot_time=1764489600", False), ("NHC: Xid 79", False),
+    ("IB link state change", False), ("Kill task failed", False), ("not responding", False)])
+def test_a_drain_is_planned_work_only_when_its_reason_says_so(reason: str,
+                                                              planned: bool) -> None:
+    """Issue 27, item 7: maintenance and tickets are planned; faults never are."""
+    from processors.incidents import planned as planned_work
+    from processors.incidents.book import Book
+    from processors.incidents.context import Context
+    from processors.topology import Topology
+
+    ctx = Context(Book(), load_rules(DEFAULT_RULES), Topology)
+    drained = ev("node.drained", at(0), scope="node", entity="node-001", node="node-001",
+                 attributes={"reason": reason})
+    assert planned_work.maintenance(ctx, drained) is planned

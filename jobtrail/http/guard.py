@@ -1,0 +1,177 @@
+"""Authentication, roles and the CSRF defence, in front of every route.
+
+Who is asking (`authenticate`), in this order:
+1. `Authorization: Bearer <token>`: a configured API token (not ambient: a browser never
+   adds it to a cross-site request by itself);
+2. the trusted auth proxy's user header (`JOBTRAIL_AUTH_PROXY_HEADER`), accepted only when
+   the TCP peer is one of `JOBTRAIL_AUTH_PROXY_ADDRESSES`; from any other address the header
+   is refused with 401, never ignored into another identity;
+3. the signed session cookie (`jobtrail_session`), set by an OpenID Connect login or by a
+   token presented to `POST /ui/login`;
+4. nothing: the local operator when no credential of any kind is configured, else 401.
+
+A state-changing request is then checked by `guard`: its route's least role
+(`jobtrail.identity.roles`; a route without a policy is refused), and, when the credential
+is ambient (the cookie, or the proxy's header), that it comes from this site: an `Origin`
+(or `Referer`) of this server or `JOBTRAIL_PUBLIC_URL`, and the page's anti-CSRF token in
+`X-Jobtrail-CSRF` (or a `csrf` form field). A same-site form on a sibling host sends the
+cookie but can neither match the origin nor know the token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from jobtrail.http.common import AMBIENT, PRINCIPAL, SESSION, SETTINGS, fail, known
+from jobtrail.identity import LOCAL, ROLES, Principal
+from jobtrail.identity.roles import ROUTE_ROLES, UNAUTHENTICATED_WRITES
+from jobtrail.identity.session import CSRF_HEADER, SESSION_COOKIE, Sessions, token_digest
+
+SESSIONS: web.AppKey[Sessions] = web.AppKey("sessions", Sessions)
+SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def authenticate(request: web.Request) -> Principal:
+    """The caller, remembered on the request with how it authenticated (`ambient`: the id
+    its anti-CSRF token derives from, '' for a bearer token)."""
+    settings = request.app[SETTINGS]
+    found, ambient = _credential(request, settings)
+    request[PRINCIPAL], request[AMBIENT] = found, ambient
+    return found
+
+
+def _credential(request: web.Request, settings: Any) -> tuple[Principal, str]:
+    header = request.headers.get("Authorization", "")
+    if header and settings.authenticated:
+        scheme, _, presented = header.partition(" ")
+        found = known(settings.api_tokens, presented) if scheme.lower() == "bearer" else None
+        if found is None:
+            fail(web.HTTPUnauthorized, "missing or unknown bearer token")
+        return found, ""
+    proxy = settings.auth_proxy_header
+    if proxy and request.headers.get(proxy):
+        if not _trusted_proxy(request.remote or "", settings.auth_proxy_addresses):
+            fail(web.HTTPUnauthorized, f"the {proxy} header is accepted only from the "
+                                       "configured auth proxy")
+        who = _proxy_principal(request, settings)
+        return who, f"proxy:{who.name}"
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie:
+        session = request.app[SESSIONS].open("session", cookie, time.time())
+        held = _session_principal(session, settings) if session else None
+        if held is not None and session is not None:
+            request[SESSION] = session
+            return held, f"session:{session['sid']}"
+    if not settings.authenticated:
+        return LOCAL, ""
+    fail(web.HTTPUnauthorized, "sign in (/auth/login) or send a bearer token")
+
+
+def _trusted_proxy(remote: str, networks: tuple[str, ...]) -> bool:
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    return any(address in ipaddress.ip_network(n, strict=False) for n in networks)
+
+
+def _proxy_principal(request: web.Request, settings: Any) -> Principal:
+    h = request.headers
+    name = h[settings.auth_proxy_header].strip()[:200]
+    if not name:
+        fail(web.HTTPUnauthorized, f"the {settings.auth_proxy_header} header is empty")
+
+    def listed(header: str) -> set[str]:
+        return {v.strip() for v in h.get(header, "").split(",") if v.strip()} if header \
+            else set()
+
+    projects = listed(settings.auth_proxy_projects_header)
+    roles = [r for r in listed(settings.auth_proxy_role_header) if r in ROLES]
+    return Principal(name, frozenset(projects - {"*"}), operator="*" in projects,
+                     role=max(roles, key=ROLES.index) if roles
+                     else settings.auth_proxy_default_role, kind="person",
+                     teams=frozenset(listed(settings.auth_proxy_teams_header)),
+                     credential="proxy")
+
+
+def _session_principal(session: dict[str, Any], settings: Any) -> Principal | None:
+    if "token" in session:  # a token login: the token must still be configured
+        for token, grants in settings.api_tokens.items():
+            if hmac.compare_digest(token_digest(token), str(session["token"])):
+                return Principal.from_grants(token, grants)
+        return None
+    if isinstance(session.get("principal"), dict):
+        return Principal.from_json(session["principal"])
+    return None
+
+
+def require(request: web.Request, role: str, what: str) -> Principal:
+    """The caller, when its role is at least `role` (403 saying who it is otherwise)."""
+    who = request.get(PRINCIPAL) or authenticate(request)
+    if not who.allows(role):
+        fail(web.HTTPForbidden, f"{what} needs the {role} role; {who.describe()} is a "
+                                f"{who.role}")
+    return who
+
+
+def same_origin(request: web.Request) -> bool:
+    """Whether the request's Origin (or Referer) is this server's or the public URL's."""
+    settings = request.app[SETTINGS]
+    origin = request.headers.get("Origin") or ""
+    if not origin or origin == "null":
+        referer = urlsplit(request.headers.get("Referer") or "")
+        origin = f"{referer.scheme}://{referer.netloc}" if referer.netloc else ""
+    public = urlsplit(settings.public_url)
+    allowed = {f"{request.scheme}://{request.host}", f"{public.scheme}://{public.netloc}"}
+    return bool(origin) and origin in allowed
+
+
+async def check_csrf(request: web.Request) -> None:
+    """Refuse an ambient-credential change that is cross-origin or lacks the page's token."""
+    ambient = request.get(AMBIENT) or ""
+    if not ambient:
+        return
+    if not same_origin(request):
+        fail(web.HTTPForbidden, "cross-origin request refused: a change signed in by cookie "
+                                "or auth proxy must come from this site's pages (Origin)")
+    given = request.headers.get(CSRF_HEADER, "")
+    if not given and request.content_type == "application/x-www-form-urlencoded":
+        given = str((await request.post()).get("csrf") or "")
+    expected = request.app[SESSIONS].csrf(ambient)
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        fail(web.HTTPForbidden, f"a change signed in by cookie or auth proxy needs the page's "
+                                f"anti-CSRF token ({CSRF_HEADER})")
+
+
+def csrf_token(request: web.Request) -> str:
+    """The anti-CSRF token a page served to this caller carries ('' for a bearer token)."""
+    ambient = request.get(AMBIENT) or ""
+    return request.app[SESSIONS].csrf(ambient) if ambient else ""
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Roles and the CSRF defence on every state-changing route (deny by default)."""
+    if request.method in SAFE:
+        return await handler(request)  # type: ignore[no-any-return]
+    resource = request.match_info.route.resource
+    if resource is None:  # no such route: the router's own 404/405
+        return await handler(request)  # type: ignore[no-any-return]
+    key = (request.method, resource.canonical)
+    if key in UNAUTHENTICATED_WRITES:
+        return await handler(request)  # type: ignore[no-any-return]
+    need = ROUTE_ROLES.get(key)
+    if need is None:
+        fail(web.HTTPForbidden, f"{key[0]} {key[1]} has no role policy (refused)")
+    authenticate(request)
+    await check_csrf(request)
+    require(request, need, f"{key[0]} {key[1]}")
+    return await handler(request)  # type: ignore[no-any-return]

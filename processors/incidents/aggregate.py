@@ -1,0 +1,200 @@
+"""The incident's current state: what `evolve.apply` folds the log into (DESIGN §6), with
+the impact of each attempt, the evidence and the follow-up actions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from processors.postmortem.state import Postmortem
+
+
+@dataclass(frozen=True)
+class JobImpact:
+    project: str
+    job_id: str
+    attempt: int
+    gpus: int = 0
+    started_at: datetime | None = None
+    failed_at: datetime | None = None
+    failure_step: int | None = None
+    failure_step_source: str = ""  # job.failed / job.worker_exited (reported), progress
+    last_checkpoint_step: int | None = None
+    last_checkpoint_at: datetime | None = None
+    degraded_since: datetime | None = None
+    restarted_attempt: int | None = None
+    restarted_at: datetime | None = None
+    restored_step: int | None = None
+    resumed_at: datetime | None = None
+    verified_at: datetime | None = None
+    lost_gpu_hours: float = 0.0
+    lost_steps: int = 0
+    rework_s: float = 0.0
+    downtime_s: float = 0.0
+    """The wait between the failure and the new attempt while the job's GPUs were held."""
+    restore_s: float = 0.0
+    queue_s: float = 0.0
+    """The rest of that wait (queued behind other work, after a preemption): not counted."""
+    setback_s: float = 0.0
+    """Wall clock: progress passed the failure step again - when it first reached it."""
+    failure_step_at: datetime | None = None
+    degraded_s: float = 0.0
+    duplicate_run: bool = False
+    role: str = "failed"  # failed (the attempt died), degraded (a failed checkpoint, a
+    # slow-down), linked (a standing incident's reference)
+
+    @property
+    def key(self) -> str:
+        return f"{self.project}/{self.job_id}/{self.attempt}"
+
+    @property
+    def recovery(self) -> str:
+        if self.verified_at is not None:
+            return "verified"
+        if self.resumed_at is not None:
+            return "progress_resumed"
+        if self.restored_step is not None:
+            return "restored"
+        if self.restarted_attempt is not None:
+            return "restarted"
+        return "awaiting_restart"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    event_id: str
+    time: datetime
+    type: str
+    source: str
+    entity: str
+    why: str
+    role: str  # cause, symptom, signal, recovery, consequence, straggler
+    project: str = ""
+    job_id: str = ""
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class Action:
+    action_id: str
+    title: str
+    owner: str = ""
+    status: str = "open"
+    due: str = ""
+    projects: tuple[str, ...] = ()
+    """The projects of whoever added it (shown to those projects); () for operators."""
+    kind: str = ""
+    priority: str = ""
+    tracker: str = ""
+    reason: str = ""
+    why: str = ""
+    rule: str = ""
+    """Set for a proposal: the remediation rule that proposed it."""
+
+
+@dataclass(frozen=True)
+class Told:
+    """One thing people did or said, for the postmortem's human story: when it happened
+    (`at`, corrected if someone corrected it) and when it was recorded."""
+
+    event_id: str
+    kind: str
+    at: datetime
+    recorded: datetime
+    by: str
+    text: str = ""
+    corrected: bool = False
+
+
+RECOVERY_STAGES = ("awaiting_restart", "restarted", "restored", "progress_resumed", "verified")
+
+
+def recovery_of(jobs: Iterable[JobImpact]) -> str:
+    """The least advanced recovery of the failed attempts among `jobs` ('' when none)."""
+    states = {j.recovery for j in jobs if j.role == "failed"}
+    return min(states, key=RECOVERY_STAGES.index) if states else ""
+
+
+@dataclass
+class Incident:
+    """The current state. `apply` folds events into it in place (collections included):
+    incidents collect hundreds of evidence events, and copying them per event made the fold
+    quadratic. Callers keep only the state `apply` returns."""
+
+    id: str
+    key: str = ""
+    seq: int = 0
+    status: str = "open"
+    title: str = ""
+    klass: str = "unknown"
+    entity: str = ""
+    rule: str = ""
+    cause_class: str = ""
+    cause_entity: str = ""
+    cause_event: str = ""
+    cause_source: str = ""  # signal (the entity's own), infrastructure (linked to a job), job
+    cause_rank: int | None = None
+    cause_at: datetime | None = None
+    confidence: float = 0.0
+    explanation: str = ""
+    severity: str = "sev4"
+    severity_why: str = ""
+    owner: str = ""
+    owner_rule: str = ""
+    owner_why: str = ""
+    commander: str = ""
+    opened_at: datetime | None = None
+    acknowledged_at: datetime | None = None
+    mitigated_at: datetime | None = None
+    resolved_at: datetime | None = None
+    closed_at: datetime | None = None
+    first_signal_at: datetime | None = None
+    last_signal_at: datetime | None = None
+    signals: int = 0
+    evidence: dict[str, Evidence] = field(default_factory=dict)
+    jobs: dict[str, JobImpact] = field(default_factory=dict)
+    actions: dict[str, Action] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    charged_gpu_hours: float = 0.0  # loss charged here by other incidents (checkpoints)
+    linked: tuple[str, ...] = ()  # incidents a standing incident links
+    pm: Postmortem = field(default_factory=Postmortem)
+    story: dict[str, Told] = field(default_factory=dict)
+    """event id -> what people did, in log order (`TimeCorrected` moves its `at`)."""
+    stamps: dict[str, str] = field(default_factory=dict)
+    """lifecycle stamp (acknowledged_at, ...) -> the event that set it (for corrections)."""
+    people: set[str] = field(default_factory=set)  # the persons in the log (blameless check)
+    flags: set[str] = field(default_factory=set)  # repeat, no_restart, duplicate_run, ...
+    commands: set[str] = field(default_factory=set)
+    applied: set[str] = field(default_factory=set)
+
+    @property
+    def lost_gpu_hours(self) -> float:
+        return round(sum(j.lost_gpu_hours for j in self.jobs.values())
+                     + self.charged_gpu_hours, 6)
+
+    @property
+    def lost_steps(self) -> int:
+        return sum(j.lost_steps for j in self.jobs.values())
+
+    @property
+    def gpus(self) -> int:
+        return sum(j.gpus for j in self.jobs.values())
+
+    @property
+    def recovery(self) -> str:
+        return recovery_of(self.jobs.values())
+
+    @property
+    def projects(self) -> list[str]:
+        return sorted({j.project for j in self.jobs.values()})
+
+    @property
+    def active(self) -> bool:
+        return self.status not in ("resolved", "closed")
+
+    @property
+    def job_scoped(self) -> bool:
+        """An incident of one attempt's own (its key is the attempt), not an entity's."""
+        return self.key.startswith("job:")
+
