@@ -294,7 +294,8 @@ async def acknowledge(request: web.Request) -> web.Response:
         return reply({"incident": incident_id, "confirm": "POST this URL to acknowledge it "
                       f"as {owner}"})
     actor = Actor(kind="team" if owner.startswith("team:") else "person",
-                  name=owner.removeprefix("team:") or sub_id)
+                  name=owner.removeprefix("team:") or sub_id,
+                  credential=f"ack-link:{sub_id}")  # the signed link is the credential
     command = Command(command_id="ack-link-" + token[:24], incident_id=incident_id,
                       command="ack", actor=actor, time=datetime.now(UTC))
     try:
