@@ -93,7 +93,8 @@ async def incident_command(request: web.Request) -> web.Response:
     "2026-11-30T10:05:00Z" (when it happened, optional), "data": {...}}`: 200 with the
     events it appended (embedded), 202 queued (cluster), 403 when the caller may not (its
     projects or its role), 409 with the reason when the incident's state refuses it, 422 for
-    a malformed command (or a `by` naming someone else, or an `at` still to come)."""
+    a malformed command (or a `by` naming someone else); an `at` still to come is refused
+    like a bad field (409)."""
     from processors.incidents.model import Command, InvalidTransition
 
     who = principal(request)
@@ -119,8 +120,7 @@ async def incident_command(request: web.Request) -> web.Response:
         command = Command(command_id=str(body.get("command_id") or ""),
                           incident_id=incident_id, command=body.get("command"),
                           actor=who.actor(), time=datetime.now(UTC), data=data,
-                          at=body.get("at") or None)
-        command.payload()  # a bad field, or an `at` still to come, is a 422 here
+                          at=body["at"] if "at" in body else None)  # "" is a 422
     except (ValueError, RecursionError) as exc:
         detail = exc.errors()[0] if isinstance(exc, ValidationError) else {"msg": str(exc)}
         where = ".".join(str(x) for x in detail.get("loc", ()))
