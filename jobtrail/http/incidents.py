@@ -114,13 +114,15 @@ async def incident_command(request: web.Request) -> web.Response:
                              "at, data)")
         if not isinstance(body.get("command_id"), str):
             raise ValueError("command_id: a string is required (the idempotency key)")
+        if "at" in body and not (isinstance(body["at"], str) and body["at"]):
+            raise ValueError("at: a date-time (when it happened), e.g. 2026-11-30T10:05:00Z")
         data = body.get("data", {})
         if not isinstance(data, dict):
             raise ValueError("data: must be a JSON object")
         command = Command(command_id=str(body.get("command_id") or ""),
                           incident_id=incident_id, command=body.get("command"),
                           actor=who.actor(), time=datetime.now(UTC), data=data,
-                          at=body["at"] if "at" in body else None)  # "" is a 422
+                          at=body.get("at"))
     except (ValueError, RecursionError) as exc:
         detail = exc.errors()[0] if isinstance(exc, ValidationError) else {"msg": str(exc)}
         where = ".".join(str(x) for x in detail.get("loc", ()))
