@@ -1,6 +1,8 @@
 """The fleet: incidents by class and owner, lost GPU-hours, time to detect/acknowledge/
 recover, queue wait by reason, repeat-offender nodes and links, failure rate around
-changes, follow-ups per team (overdue first) and postmortems not yet published."""
+changes, follow-ups per team (overdue first) and postmortems not yet published; and the
+continuous-operation panels (docs/reports.md): waiting GPU-hours by queue and cause, goodput
+by project, node MTBI, and each change's verdict inputs."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from grafana_foundation_sdk.builders import dashboard as dash
 from dashboards.clickhouse import TABLE, TIME_SERIES
 from dashboards.common import FLEET_UID, INCIDENT_UID, link, panel
 
-_OPENED = "$__timeFilter_ms(opened_at)"
+# recovery drills (jobtrail drill run) are not failures of the fleet
+_OPENED = "$__timeFilter_ms(opened_at) AND NOT has(flags, 'drill')"
 
 BY_CLASS = f"""
 SELECT $__timeInterval_ms(opened_at) AS time, class, count() AS incidents
@@ -49,6 +52,7 @@ FROM (
          AS seconds
   FROM incident_jobs FINAL
   WHERE verified_at IS NOT NULL AND $__timeFilter_ms(failed_at)
+    AND incident_id NOT IN (SELECT incident_id FROM incidents FINAL WHERE has(flags, 'drill'))
 )
 GROUP BY phase ORDER BY phase
 """
@@ -90,6 +94,47 @@ FROM (SELECT time, entity, attributes FROM events FINAL
       WHERE type = 'change.applied' AND $__timeFilter_ms(time)) AS c
 CROSS JOIN (SELECT ended_at, outcome FROM job_attempts FINAL WHERE ended_at IS NOT NULL) AS a
 GROUP BY change_time, target, kind, after ORDER BY change_time
+"""
+
+WAITING = """
+SELECT queue, multiIf(
+         lower(reason) IN ('resources', 'resource', 'unschedulable'), 'resources',
+         position(lower(reason), 'priority') > 0, 'priority',
+         match(lower(reason), 'qos|assoc|limit|fairshare|quota'), 'quota',
+         match(lower(reason), 'reqnodenotavail|nodedown|drain'), 'nodes_down',
+         match(lower(reason), 'image|pull|containercreating|staging|prolog'), 'pulls',
+         'other') AS cause,
+       round(sum(gpus * dateDiff('millisecond', t, next_t) / 1000) / 3600, 2)
+         AS waiting_gpu_hours
+FROM job_attempts FINAL
+ARRAY JOIN pending_reasons AS reason, pending_times AS t,
+     arrayPushBack(arrayPopFront(pending_times),
+                   ifNull(started_at, ifNull(ended_at, now64(3)))) AS next_t
+WHERE $__timeFilter_ms(t)
+GROUP BY queue, cause ORDER BY waiting_gpu_hours DESC
+"""
+
+GOODPUT = """
+SELECT a.project AS project, round(a.run, 1) AS run_gpu_hours,
+       round(ifNull(l.lost, 0), 2) AS failure_gpu_hours,
+       round(1 - ifNull(l.lost, 0) / a.run, 4) AS goodput_ratio
+FROM (SELECT project, sum(gpus * dateDiff('millisecond', started_at,
+                                          ifNull(ended_at, now64(3))) / 1000) / 3600 AS run
+      FROM job_attempts FINAL
+      WHERE started_at IS NOT NULL AND $__timeFilter_ms(started_at)
+      GROUP BY project HAVING run > 0) AS a
+LEFT JOIN (SELECT project, sum(lost_gpu_hours) AS lost FROM incident_jobs FINAL
+           WHERE failed_at IS NOT NULL AND $__timeFilter_ms(failed_at)
+           GROUP BY project) AS l ON a.project = l.project
+ORDER BY failure_gpu_hours DESC
+"""
+
+MTBI = f"""
+SELECT splitByChar('/', if(cause_entity != '', cause_entity, entity))[1] AS node,
+       count() AS incidents,
+       round(dateDiff('second', $__fromTime, $__toTime) / 3600 / count(), 1) AS mtbi_hours
+FROM incidents FINAL WHERE {_OPENED} AND node LIKE 'node%'
+GROUP BY node ORDER BY incidents DESC, node LIMIT 20
 """
 
 OPEN = """
@@ -141,6 +186,16 @@ def build() -> Any:
                           TABLE, w=12))
         .with_panel(panel(table.Panel(), "Failure rate a day before and after each change",
                           CHANGES, TABLE))
+        .with_panel(panel(barchart.Panel(), "Waiting GPU-hours by queue and cause", WAITING,
+                          TABLE, w=12, description="Scheduler reasons; `jobtrail report "
+                          "capacity` splits `resources` into capacity, fragmentation, "
+                          "topology and nodes down."))
+        .with_panel(panel(table.Panel(), "Goodput by project: run and failure GPU-hours",
+                          GOODPUT, TABLE, w=12, description="Failure GPU-hours as the "
+                          "incidents counted them; per job: `jobtrail report goodput`."))
+        .with_panel(panel(table.Panel(), "Node MTBI: mean time between incidents", MTBI,
+                          TABLE, w=12, description="The lemon signal: hours of the range "
+                          "per incident on the node."))
         .with_panel(panel(table.Panel(), "Open follow-ups by team", FOLLOWUPS, TABLE, w=10,
                           description="Proposed or open actions; overdue: past their due "
                                       "date (`jobtrail followups --overdue`)."))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from jobtrail.identity.config import OidcConfig
 from jobtrail.identity.principal import ROLES, check_grants
+from jobtrail.reports.retention import RetentionPolicy
 
 if TYPE_CHECKING:
     from ingest.adapters import AdapterConfig
@@ -134,6 +135,8 @@ class Settings:
     `/v1/subscriptions/{id}/test` answers after this long whatever the cause (no timing
     oracle)."""
     channel_env_prefix: str = "JOBTRAIL_CHANNEL_"
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    """Days each class of rows is kept (`JOBTRAIL_RETENTION_*_DAYS`; jobtrail.reports.retention)."""
     """The only environment variables a channel's `url_env`/`secret_env` may name."""
     alerts_interval_s: float = 5.0
     """How often `jobtrail serve` (embedded mode) decides and delivers notifications (0: it
@@ -220,6 +223,7 @@ class Settings:
                               .split(",") if h.strip()),
             alert_timeout_s=_float(env, "JOBTRAIL_ALERT_TIMEOUT_S", 10.0),
             channel_env_prefix=_env_prefix(env.get("JOBTRAIL_CHANNEL_ENV_PREFIX")),
+            retention=RetentionPolicy.from_env(env),
         )
 
 

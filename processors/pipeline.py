@@ -10,17 +10,22 @@ against the highest event time seen, the watermark). An attempt that starts (or 
 membership changes) within that window picks up the waiting events that fall in its span.
 An event later than the window behind the watermark is stored and queryable by entity but not
 re-attributed. State is rebuilt from the store on start (`restore`).
+
+The detector sees the same horizon: an event that arrives behind one it already decided on
+re-evaluates the window in event-time order (`processors/incidents/lateness.py`), and the
+incident log is revised rather than a second incident opened.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from processors.attempts import LIFECYCLE_TYPES, Attempt, JobRecord, evolve
 from processors.incidents.detector import Detector
+from processors.incidents.lateness import Lateness
 from processors.incidents.model import Command, Incident, IncidentEvent
 from processors.incidents.rules import Rules, load_rules
 from processors.timeline import Membership, TimelineRow, filesystem_of, lookup_keys, rows_for
@@ -53,6 +58,7 @@ class Pipeline:
         self.membership = Membership(slack)
         self.topology = topology or Topology()
         self.lateness = lateness
+        self.reorder = Lateness(horizon=lateness)
         self.watermark: datetime | None = None
         self._waiting: dict[str, dict[str, Event]] = defaultdict(dict)
         self._waiting_order: deque[tuple[datetime, str, str]] = deque()
@@ -60,11 +66,16 @@ class Pipeline:
         self.job_retention = max(JOB_RETENTION, lateness)
         self._swept: datetime | None = None
 
-    def bind(self, rules: Rules, topology: Topology | None = None) -> None:
-        """After loading a snapshot: this run's rules, and a new topology when the file it
-        was built from changed."""
+    def bind(self, rules: Rules, topology: Topology | None = None,
+             lateness: timedelta | None = None) -> None:
+        """After loading a snapshot: this run's rules, a new topology when the file it
+        was built from changed, and this run's lateness horizon (an import or a backfill
+        runs with a generous one)."""
         if topology is not None:
             self.topology = topology
+        if lateness is not None:
+            self.lateness = self.reorder.horizon = lateness
+            self.job_retention = max(JOB_RETENTION, lateness)
         self.detector.bind(rules, lambda: self.topology)
 
     def restore(self, attempts: Iterable[Attempt], recent: Iterable[Event] = ()) -> None:
@@ -195,11 +206,20 @@ class Pipeline:
             out.timeline.extend(rows)
             if not event.job_id:
                 self._wait(event, {(r.project, r.job_id, r.attempt) for r in rows})
-            out.incidents.extend(self.detector.observe(event, rows))
+            out.incidents.extend(self.reorder.observe(self.detector, event,
+                                                      self._rows_but(event, rows)))
         self._expire()
         incident_ids = dict.fromkeys(e.incident_id for e in out.incidents)
         out.incident_states = [self.detector.incidents[i] for i in incident_ids]
         return out
+
+    def _rows_but(self, event: Event, rows: list[TimelineRow]
+                  ) -> Callable[[Event], Sequence[TimelineRow]]:
+        """Attribution for the detector: `rows` for `event`, as known now for the others
+        (a re-evaluation replays events whose attempts became known since)."""
+        def rows_of(other: Event) -> Sequence[TimelineRow]:
+            return rows if other.id == event.id else self._rows(other)
+        return rows_of
 
     def _rows(self, event: Event) -> list[TimelineRow]:
         job_record = self.jobs.get((event.project, event.job_id)) if event.job_id else None

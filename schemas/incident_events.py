@@ -248,6 +248,43 @@ class ImpactAssessed(Payload):
     why: str = ""
 
 
+class DiagnosisRevised(Payload):
+    """Late evidence changed the answer: the detector's conclusion as the events give it in
+    time order (processors/incidents/lateness.py). Replaces what the detector concluded
+    (cause, class and entity, owner, severity, impacted attempts and their loss, evidence);
+    what people did (acknowledgement, notes, actions, a manual owner) stays. `merged_into`:
+    in time order this incident's attempts belong to that one; it is closed."""
+
+    KIND = "diagnosis_revised"
+    why: str = ""
+    merged_into: str = ""
+    key: str = ""
+    klass: str = Field(default="", alias="class")
+    entity: str = ""
+    title: str = ""
+    cause_class: str = ""
+    cause_entity: str = ""
+    cause_event: str = ""
+    cause_source: str = ""
+    cause_rank: int | None = None
+    confidence: float = 0.0
+    explanation: str = ""
+    severity: str = ""
+    severity_why: str = ""
+    owner: str = ""
+    owner_rule: str = ""
+    owner_why: str = ""
+    first_signal_at: datetime | None = None
+    last_signal_at: datetime | None = None
+    signals: int = 0
+    flags: list[str] = Field(default_factory=list)
+    charged_gpu_hours: float = 0.0
+    linked: list[str] = Field(default_factory=list)
+    jobs: list[dict[str, Any]] = Field(default_factory=list)
+    evidence: list[dict[str, Any]] = Field(default_factory=list)
+    proposed: list[dict[str, Any]] = Field(default_factory=list)
+
+
 def _assessed_v1(data: dict[str, Any]) -> dict[str, Any]:
     """v1 lost = GPUs x (rework + downtime + restore + recompute): the recompute (re-doing
     the thrown-away steps) is the same GPU time counted twice, so it is taken out. The GPUs
@@ -409,8 +446,7 @@ PAYLOADS: dict[str, type[Payload]] = {cls.KIND: cls for cls in (
     RecoveryVerified, ImpactAssessed, Resolved, Reopened, PostmortemDrafted,
     PostmortemSectionEdited, PostmortemReviewRequested, PostmortemChangesRequested,
     PostmortemApproved, PostmortemPublished, PostmortemAmended, PostmortemWaived,
-    LearningRecorded,
-    ActionAdded, ActionProposed, ActionUpdated, Closed)}
+    LearningRecorded, ActionAdded, ActionProposed, ActionUpdated, Closed, DiagnosisRevised)}
 
 UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("postmortem_drafted", 1): _drafted_v1,

@@ -32,6 +32,16 @@ if [ ${#live_apt[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     --no-install-recommends "${live_apt[@]}"
   [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
 fi
+# Slurm 22.05 for tests/integration/test_slurm_*.py (the tests start and stop the daemons);
+# policy-rc.d keeps postinst from starting them as services on a machine without systemd
+if ! command -v slurmctld >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  made_policy=
+  [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d; made_policy=1; }
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    --no-install-recommends slurm-wlm slurmdbd munge mariadb-server
+  [ -z "$made_policy" ] || rm -f /usr/sbin/policy-rc.d
+fi
 bash scripts/setup.sh --dev
 V=${JOBTRAIL_VENV:-.venv}/bin
 "$V/jobtrail" dev kafka fetch

@@ -35,7 +35,10 @@ MUST_SHOW = {
                  "Evidence", "Recovery milestones", "Postmortem"},
     "fleet": {"Open incidents", "Incidents by class", "Incidents by owner",
               "Lost GPU-hours by cause and owner", "Time to detect, acknowledge, recover",
-              "Queue wait by reason", "Repeat offenders: nodes and links"},
+              "Queue wait by reason", "Repeat offenders: nodes and links",
+              "Waiting GPU-hours by queue and cause",
+              "Goodput by project: run and failure GPU-hours",
+              "Node MTBI: mean time between incidents"},
 }
 
 

@@ -342,10 +342,12 @@ def _register() -> None:
         alerts,
         collect,
         dev,
+        drill,
         grafana,
         incidents,
         ingest,
         postmortem,
+        report,
         rules,
         topology,
     )
@@ -363,8 +365,10 @@ def _register() -> None:
     main.add_command(topology.topology)
     main.add_command(rules.rules)
     main.add_command(collect.collect)
+    main.add_command(report.report)
     for command in alerts.COMMANDS:
         main.add_command(command)
+    main.add_command(drill.drill)
 
 
 _register()

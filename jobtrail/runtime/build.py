@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from jobtrail.config import Settings
+from jobtrail.reports import retention
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.incidents.rules import load_rules
@@ -27,6 +28,7 @@ def open_store(settings: Settings) -> Store:
                           timeout_s=settings.clickhouse_timeout_s,
                           cluster=settings.clickhouse_cluster)
     store.migrate()
+    retention.apply(store, settings.retention)
     return store
 
 

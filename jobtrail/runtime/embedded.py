@@ -249,7 +249,8 @@ class EmbeddedRunner:
         """Save the processors' state at the current position (no-op without snapshots)."""
         if self.snapshots is None or self.applied == self._snapshot_at:
             return
-        size = self.snapshots.save(self.sink.pipeline, {STREAM: self.applied})
+        size = self.snapshots.save(self.sink.pipeline, {STREAM: self.applied},
+                                   self.sink.clusters)
         self._snapshot_at = self.applied
         self._snapshot_time = time.monotonic()
         log.debug("snapshot at %s: %d bytes", arrival(self.applied), size)

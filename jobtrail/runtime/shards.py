@@ -287,7 +287,7 @@ class Shards:
             shard.saved_at = time.monotonic()
             return
         positions = dict(shard.positions)
-        body = dumps(shard.sink.pipeline, positions)
+        body = dumps(shard.sink.pipeline, positions, shard.sink.clusters)
         self.store.save_state(self.app_id, self._key(shard.partition), positions, body,
                               self.owner)
         shard.saved = positions

@@ -29,7 +29,7 @@ from ingest.redact import redact_text
 from jobtrail.store import Store
 from jobtrail.telemetry import emit
 from processors.incidents.model import Command, IncidentEvent
-from processors.pipeline import Pipeline
+from processors.pipeline import Outputs, Pipeline
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 
@@ -95,6 +95,23 @@ class Sink:
     def __init__(self, store: Store, pipeline: Pipeline) -> None:
         self.store = store
         self.pipeline = pipeline
+        self.clusters: dict[str, Pipeline] = {}
+        """Cluster -> the pipeline that follows it. Entity names are unique only within a
+        cluster (two clusters can both have a `node-001`), so every cluster this sink sees
+        (a partition's, the embedded home's) has a state of its own: `pipeline` goes to the
+        first cluster seen, a sibling configured like it to each other one."""
+
+    def pipeline_of(self, cluster: str) -> Pipeline:
+        found = self.clusters.get(cluster)
+        if found is None:
+            found = self.pipeline if not self.clusters else _sibling(self.pipeline)
+            self.clusters[cluster] = found
+        return found
+
+    def pipelines(self) -> list[Pipeline]:
+        """Every pipeline this sink holds, `pipeline` first."""
+        distinct = {id(p): p for p in [self.pipeline, *self.clusters.values()]}
+        return list(distinct.values())
 
     def restore(self) -> str:
         """Rebuild processor state from the store when no snapshot can be used.
@@ -104,12 +121,25 @@ class Sink:
         not be replayed is counted and reported."""
         attempts = self.store.load_attempts()
         recent = self.store.recent_infra_events(self.pipeline.lateness.total_seconds())
-        self.pipeline.restore(attempts, recent)
         memory = self.pipeline.detector.rules.memory_s
         log_events = self.store.load_incident_log()
-        failed = self.pipeline.restore_incidents(log_events, self.store.recent_events(memory))
+        remembered = self.store.recent_events(memory)
+        clusters = sorted({a.cluster for a in attempts} | {e.cluster for e in recent}
+                          | {e.cluster for e in remembered})
+        owner = self.store.incident_clusters() if len(clusters) > 1 else {}
+        failed: list[str] = []
+        for cluster in clusters or [""]:
+            pipeline = self.pipeline_of(cluster) if clusters else self.pipeline
+            pipeline.restore([a for a in attempts if a.cluster == cluster],
+                             [e for e in recent if e.cluster == cluster])
+            failed += pipeline.restore_incidents(
+                [e for e in log_events if owner.get(e.incident_id, clusters[0] if clusters
+                                                    else "") == cluster],
+                [e for e in remembered if e.cluster == cluster])
         report = (f"rebuilt from the store: {len(attempts)} attempts, {len(log_events)} "
                   f"incident events, detector memory from the last {memory / 3600:.1f} h")
+        if len(clusters) > 1:
+            report += f", {len(clusters)} clusters"
         if failed:
             report += f"; {len(failed)} events could not be replayed ({failed[0]})"
         return report
@@ -119,7 +149,9 @@ class Sink:
                 write: bool = True) -> list[IncidentEvent]:
         """Apply a person's command (raises InvalidTransition) and store what it changed.
         Its text (note, action title, who) is redacted first, whatever path it came by."""
-        outputs = self.pipeline.command(redact_command(command))
+        owner = next((p for p in self.pipelines() if command.incident_id in p.detector.incidents),
+                     self.pipeline)
+        outputs = owner.command(redact_command(command))
         if write:
             if publish is not None and outputs.incidents:
                 publish(outputs.incidents)
@@ -200,7 +232,7 @@ class Sink:
                 conflicts.append(conflict_letter(event, original, arrival, now))
         letters = [*dead_letters, *conflicts]
         result.dead_letters = letters
-        outputs = self.pipeline.process(fresh)
+        outputs = self._process(fresh)
         result.stored = len(fresh) - len(replayed)
         result.timeline_rows = len(outputs.timeline)
         if not write:
@@ -211,15 +243,44 @@ class Sink:
             publish(outputs.incidents)
         self.store.write(outputs, new_letters, token, known=replayed,
                          arrivals={e.id: a for e, a in first.values() if a}, raw=raw)
-        _incident_latency(outputs.incidents, self.pipeline.detector.opened_observed)
+        _incident_latency(outputs.incidents,
+                          [p.detector.opened_observed for p in self.pipelines()])
         emit("events_stored", result.stored)
         emit("events_duplicate", result.duplicates)
         for letter in new_letters:
             emit("events_dead_lettered", 1, stage=letter.stage)
         return result
 
+    def _process(self, events: Sequence[Event]) -> Outputs:
+        """Each cluster's events through its own pipeline, in arrival order within it."""
+        groups: dict[str, list[Event]] = {}
+        for event in events:
+            groups.setdefault(event.cluster, []).append(event)
+        if len(groups) <= 1:
+            cluster = next(iter(groups), None)
+            return (self.pipeline if cluster is None else self.pipeline_of(cluster)
+                    ).process(events)
+        merged = Outputs()
+        for cluster, group in groups.items():
+            out = self.pipeline_of(cluster).process(group)
+            merged.events += out.events
+            merged.timeline += out.timeline
+            merged.attempts += out.attempts
+            merged.incidents += out.incidents
+            merged.incident_states += out.incident_states
+        return merged
 
-def _incident_latency(events: Sequence[IncidentEvent], observed: dict[str, datetime]) -> None:
+
+def _sibling(template: Pipeline) -> Pipeline:
+    """An empty pipeline configured like `template` (rules, wiring, windows)."""
+    sibling = Pipeline(template.membership.slack, template.topology, template.lateness,
+                       template.detector.rules)
+    sibling.job_retention = template.job_retention
+    return sibling
+
+
+def _incident_latency(events: Sequence[IncidentEvent],
+                      observed: Sequence[dict[str, datetime]]) -> None:
     """Signal observed -> incident stored, for every incident this batch opened."""
     now = datetime.now(UTC)
     for event in events:
@@ -227,7 +288,8 @@ def _incident_latency(events: Sequence[IncidentEvent], observed: dict[str, datet
         if event.kind != "opened":
             continue
         emit("incidents_opened", 1)
-        seen = observed.pop(event.incident_id, None)
+        seen = next((o.pop(event.incident_id) for o in observed if event.incident_id in o),
+                    None)
         if seen is not None:
             ms = int((now - seen).total_seconds() * 1000)
             emit("incident_open_latency_ms", max(ms, 1))

@@ -32,10 +32,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobtrail.snapshot")
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 """Bump when the meaning of stored state changes without its shape changing (2: the incident
-model moved into `processors.incidents.aggregate`, so pickled class paths changed; state
-saved before is rebuilt from the store, as designed)."""
+model moved into `processors.incidents.aggregate`, so pickled class paths changed; 3: a
+snapshot holds the sink's pipeline per cluster. State saved before is rebuilt from the store,
+as designed)."""
 _MAGIC = b"JTSNAP"
 
 
@@ -79,6 +80,8 @@ class Snapshot:
     positions: dict[str, int] = field(default_factory=dict)
     """Input stream -> the last offset whose record is inside this state."""
     topology_origin: str = ""
+    clusters: dict[str, Pipeline] = field(default_factory=dict)
+    """The sink's pipeline per cluster (`pipeline` among them once a cluster claimed it)."""
 
 
 def adopt(sink: Sink, snapshot: Snapshot) -> str:
@@ -90,19 +93,22 @@ def adopt(sink: Sink, snapshot: Snapshot) -> str:
         from jobtrail.store.queries import wiring
 
         rebuilt = wiring(sink.store, current.topology)
-    snapshot.pipeline.bind(current.detector.rules, rebuilt)
     sink.pipeline = snapshot.pipeline
+    sink.clusters = dict(snapshot.clusters)
+    for pipeline in sink.pipelines():
+        pipeline.bind(current.detector.rules, rebuilt, current.lateness)
     where = ", ".join(f"{k}@{v}" for k, v in sorted(snapshot.positions.items())) or "start"
     return f"snapshot at {where}" + (
         "; the topology file changed: rewired from the new file and the stored links"
         if rebuilt is not None else "")
 
 
-def dumps(pipeline: Pipeline, positions: dict[str, int]) -> bytes:
+def dumps(pipeline: Pipeline, positions: dict[str, int],
+          clusters: dict[str, Pipeline] | None = None) -> bytes:
     """The state and its positions as bytes: a header (format, class fingerprint) and a
-    pickle."""
-    body = pickle.dumps(Snapshot(pipeline, dict(positions), pipeline.topology.origin),
-                        protocol=pickle.HIGHEST_PROTOCOL)
+    pickle. `clusters`: the sink's pipeline per cluster (`Sink.clusters`)."""
+    body = pickle.dumps(Snapshot(pipeline, dict(positions), pipeline.topology.origin,
+                                 dict(clusters or {})), protocol=pickle.HIGHEST_PROTOCOL)
     return _MAGIC + fingerprint().encode() + b"\n" + body
 
 
@@ -130,10 +136,11 @@ class SnapshotFile:
         self.problem = ""
         """Why the last `load` returned nothing (for the operator), '' when it loaded."""
 
-    def save(self, pipeline: Pipeline, positions: dict[str, int]) -> int:
+    def save(self, pipeline: Pipeline, positions: dict[str, int],
+             clusters: dict[str, Pipeline] | None = None) -> int:
         """Write the state; returns the size in bytes."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = dumps(pipeline, positions)
+        data = dumps(pipeline, positions, clusters)
         tmp = self.path.with_suffix(".tmp")
         with tmp.open("wb") as fh:
             fh.write(data)

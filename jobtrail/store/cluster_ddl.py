@@ -33,6 +33,7 @@ SHARD_KEYS = {
     "job_attempts": "cityHash64(project, job_id)",
     "incident_log": "cityHash64(incident_id)",
     "incidents": "cityHash64(incident_id)",
+    "incident_retention": "cityHash64(incident_id)",
     "incident_evidence": "cityHash64(incident_id)",
     "incident_jobs": "cityHash64(incident_id)",
     "actions": "cityHash64(incident_id)",

@@ -16,6 +16,9 @@ from pydantic_core import to_json
 
 from processors.incidents.model import Incident, IncidentEvent
 
+RETENTION_COLUMNS = ("incident_id", "version", "status", "closed_at", "postmortem_status")
+"""The columns of `incidents` copied to `incident_retention` (jobtrail.reports.retention)."""
+
 INCIDENT_LIST = ("incident_id, status, severity, class, entity, owner, title, opened_at, "
                  "resolved_at, impacted_jobs, impacted_gpus, lost_gpu_hours, recovery, "
                  "projects, confidence")
@@ -43,6 +46,9 @@ class IncidentTables:
         changes = list(log) if log else None
         for table, rows in projection_rows(list(states), changes).items():
             self._insert_json(table, [to_json(r) for r in rows], token)
+            if table == "incidents":  # what the retention TTLs ask (0020_retention.sql)
+                self._insert_json("incident_retention", [to_json(
+                    {k: r[k] for k in RETENTION_COLUMNS}) for r in rows], token)
 
     def load_incident_log(self) -> list[IncidentEvent]:
         return self._log_events(self._dicts(
@@ -166,6 +172,17 @@ class IncidentTables:
         for entry in out["log"]:
             entry["data"] = json.loads(entry["data"])
         return detail(out, projects)
+
+    def incident_clusters(self) -> dict[str, str]:
+        """Every incident's cluster (as `incident_cluster`), for a restore that rebuilds one
+        pipeline per cluster."""
+        result = self._q(
+            "SELECT incident_id, min(cluster) FROM (SELECT e.incident_id AS incident_id, "
+            "e.event_id AS event_id FROM incident_evidence AS e UNION ALL SELECT incident_id, "
+            "JSONExtractString(data, 'first_event') FROM incident_log WHERE kind = 'opened') "
+            "AS refs INNER JOIN event_ids AS ids ON ids.id = refs.event_id "
+            "GROUP BY incident_id")
+        return {str(r[0]): str(r[1]) for r in result.result_rows}
 
     def incident_cluster(self, incident_id: str) -> str | None:
         """The cluster whose events an incident was decided from (commands are keyed by it),

@@ -158,6 +158,8 @@ class Incident:
     notes: tuple[str, ...] = ()
     charged_gpu_hours: float = 0.0  # loss charged here by other incidents (checkpoints)
     linked: tuple[str, ...] = ()  # incidents a standing incident links
+    merged_into: str = ""  # late evidence put this incident's attempts in that one
+    withdrawn: bool = False  # in time order the events do not give this incident
     pm: Postmortem = field(default_factory=Postmortem)
     story: dict[str, Told] = field(default_factory=dict)
     """event id -> what people did, in log order (`TimeCorrected` moves its `at`)."""

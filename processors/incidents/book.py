@@ -86,6 +86,11 @@ class Progress:
     straggler: dict[str, tuple[datetime, str, list[float]]] = field(default_factory=dict)
     """node -> (slow since, incident once reported, slow samples)"""
     hang_armed: bool = False
+    saves: deque[float] = field(default_factory=lambda: deque(maxlen=16))
+    """Recent checkpoint save durations (s): the attempt's usual save."""
+    stalls: list[tuple[datetime, datetime, str]] = field(default_factory=list)
+    """(from, to, event) saves that took `STALL_RATIO` x the usual: impact of a shared
+    entity's incident even though the attempt never failed."""
 
 
 @dataclass
@@ -161,6 +166,12 @@ class Book:
             entity=event.entity or event.node or "", why=why, role=role, project=event.project,
             job_id=event.job_id or "", attempt=attempt[2] if attempt else event.attempt),
             event.time, rule, event.id)
+        drill = event.attributes.get("drill")
+        if drill and "drill" not in self.incidents[inc_id].flags:
+            # a recovery drill's fault (jobtrail drill run): recorded as one, pages nobody,
+            # left out of the fleet's reliability figures
+            self.emit(inc_id, ev.SignalAdded(flag="drill", detail=f"recovery drill {drill}"),
+                      event.time, rule, "drill")
 
     def record(self, event: IncidentEvent) -> None:
         inc = apply(self.incidents.get(event.incident_id), event)

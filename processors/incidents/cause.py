@@ -1,9 +1,12 @@
 """Symptom versus cause.
 
-A job symptom looks back `cause_window_s` for the earliest signal that reached its attempt's
-fault domain (ties: the more specific relation). Found, the symptom joins (or opens) that
-entity's incident and the cause is explained; not found, the attempt gets an incident of
-its own classified from its own evidence, the highest-ranked symptom naming the class. A
+A job symptom looks back `cause_window_s` for the signals that reached its attempt's fault
+domain and takes the strongest (`weighing`: specificity, agreement with the job's own
+message, how many failing attempts it explains; then the earliest). Found, the symptom
+joins (or opens) that entity's incident and the cause is explained, with the candidates
+that lost; not found (or only weak candidates against an unmistakable message of the
+job's own), the attempt gets an incident of its own classified from its own evidence, the
+highest-ranked symptom naming the class, citing a change the attempt started with. A
 signal that arrives after the symptoms it explains updates their job-own incident.
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from processors.incidents import actions, impact, opening, routing
+from processors.incidents import actions, correlate, impact, opening, routing, weighing
 from processors.incidents.book import AttemptKey, Progress, Signal, akey
 from processors.incidents.rules import SymptomRule
 from processors.incidents.signals import join
@@ -22,8 +25,7 @@ from schemas.events import Event
 if TYPE_CHECKING:
     from processors.incidents.context import Context
 
-CONFIDENCE = {"self": 0.9, "node": 0.9, "gpu": 0.9, "nic": 0.85, "rank": 0.85, "switch": 0.6,
-              "target": 0.6, "filesystem": 0.6, "path": 0.6, "queue": 0.5, "change": 0.4}
+CONFIDENCE = weighing.CONFIDENCE
 _RELATION_PHRASE = {"node": "is that node", "gpu": "holds that GPU",
                     "nic": "is cabled to it", "switch": "sits under that switch",
                     "target": "mounts the filesystem it serves", "filesystem": "mounts it",
@@ -31,22 +33,11 @@ _RELATION_PHRASE = {"node": "is that node", "gpu": "holds that GPU",
 
 
 def find(ctx: Context, key: AttemptKey, time: datetime, since: datetime | None = None,
-         node: str = "") -> tuple[Signal, str, str] | None:
-    """The earliest signal that reached the attempt in the window (only `node`'s own, when
-    given: a straggler's cause is on the straggler)."""
-    lo = since or time - timedelta(seconds=ctx.rules.cause_window_s)
-    hi = time + timedelta(seconds=ctx.rules.cause_slack_s)
-    best: tuple[Signal, str, str] | None = None
-    for signal in ctx.book.signals:
-        if signal.event.time < lo or signal.event.time > hi or key not in signal.reached:
-            continue
-        if node and (signal.event.node or "") != node:
-            continue
-        relation, path = signal.reached[key]
-        if best is None or (signal.event.time, -CONFIDENCE.get(relation, 0.5)) < (
-                best[0].event.time, -CONFIDENCE.get(best[1], 0.5)):
-            best = (signal, relation, path)
-    return best
+         node: str = "", rule: SymptomRule | None = None) -> tuple[Signal, str, str] | None:
+    """The strongest signal that reached the attempt in the window (`weighing`; only
+    `node`'s own, when given: a straggler's cause is on the straggler)."""
+    ranked = weighing.candidates(ctx, key, time, since, node, rule)
+    return (ranked[0].signal, ranked[0].relation, ranked[0].path) if ranked else None
 
 
 def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: AttemptKey,
@@ -61,9 +52,10 @@ def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: Attemp
             ctx.book.evidence(current, event, "symptom", rule.why, rule.name, key)
         reclassify(ctx, current, rule, time, key)
         return current
-    found = find(ctx, key, time, since, node)
-    if found is not None:
-        signal, relation, path = found
+    ranked = weighing.candidates(ctx, key, time, since, node, rule)
+    chosen = ranked[0] if ranked and not weighing.own_wins(ranked[0], rule) else None
+    if chosen is not None:
+        signal, relation, path = chosen.signal, chosen.relation, chosen.path
         inc_id = book.open.get(signal.key)
         if inc_id is None:
             inc_id = opening.open_incident(ctx, signal.key, signal.rule.klass,
@@ -76,12 +68,13 @@ def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: Attemp
         ctx.book.evidence(inc_id, signal.event, "cause", signal.rule.why, signal.rule.name)
         if book.incidents[inc_id].cause_source in ("", "signal"):
             what = f"first {event.type}" if event else rule.why
-            explain(ctx, inc_id, signal, key, time, what, relation, path, symptom=event)
+            explain(ctx, inc_id, signal, key, time, what, relation, path, symptom=event,
+                    lost=weighing.losers(ranked, chosen))
     else:
         inc_id = opening.open_incident(ctx, f"job:{akey(key)}", rule.klass, akey(key),
                                        discriminator, time, rule.name, time,
                                        event.observed_at if event else None)
-        own(ctx, inc_id, rule, key, time, event)
+        own(ctx, inc_id, rule, key, time, event, lost=weighing.losers(ranked, None))
     if event is not None and book.room(key, event.type, rules.max_symptom_evidence):
         ctx.book.evidence(inc_id, event, "symptom", rule.why, rule.name, key)
     if klass.separate:
@@ -89,16 +82,22 @@ def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: Attemp
         progress.failed_ckpt = (time, inc_id)
 
     impact.impacted(ctx, inc_id, key, time, rule.name, role=klass.impact, event=event)
+    if chosen is not None and klass.impact == "failed":
+        correlate.regroup(ctx, inc_id, time)
+    if klass.impact == "failed":
+        correlate.shared_nodes(ctx, inc_id, key, time)
     return inc_id
 
 
 def own(ctx: Context, inc_id: str, rule: SymptomRule, key: AttemptKey, time: datetime,
-        symptom: Event | None = None) -> None:
+        symptom: Event | None = None, lost: str = "") -> None:
     window = int(ctx.rules.cause_window_s // 60)
-    explanation = (f"No hardware, network, storage or scheduler signal reached {akey(key)} "
-                   f"in the {window} min before its first failure at {time.isoformat()}; "
-                   f"classified from the job's own evidence: {rule.why or rule.klass} "
-                   f"(rule {rule.name}).")
+    lead = (f"The job's own message outweighs every signal that reached {akey(key)} in the "
+            f"{window} min before its first failure at {time.isoformat()}" if lost else
+            f"No hardware, network, storage or scheduler signal reached {akey(key)} "
+            f"in the {window} min before its first failure at {time.isoformat()}")
+    explanation = (f"{lead}; classified from the job's own evidence: {rule.why or rule.klass} "
+                   f"(rule {rule.name}).{changed(ctx, key, time)}{lost}")
     ctx.book.emit(inc_id, ev.CauseUpdated(
         klass=rule.klass, entity=akey(key), confidence=ctx.rules.klass(rule.klass).own_confidence,
         explanation=explanation, rank=rule.rank, source="job"), time, rule.name,
@@ -120,8 +119,29 @@ def reclassify(ctx: Context, inc_id: str, rule: SymptomRule, time: datetime,
     own(ctx, inc_id, rule, key, time)
 
 
+def changed(ctx: Context, key: AttemptKey, time: datetime) -> str:
+    """' It started N min after a change: ...' when the attempt runs another image, code or
+    config than the attempt before it (an ImportError right after an image change)."""
+    attempt = ctx.book.attempt(key)
+    before = ctx.book.attempt((key[0], key[1], key[2] - 1)) if key[2] > 1 else None
+    if attempt is None or before is None:
+        return ""
+    moved = [f"{name.replace('_', ' ')} {old or '(none)'} -> {new}"
+             for name, old, new in (("image", before.image, attempt.image),
+                                    ("code_version", before.code_version, attempt.code_version),
+                                    ("config_hash", before.config_hash, attempt.config_hash))
+             if new and new != old]
+    if not moved:
+        return ""
+    since = attempt.started_at or time
+    minutes = max(0.0, (time - since).total_seconds() / 60)
+    return (f" It failed {minutes:.0f} min into attempt {key[2]}, the first with a change: "
+            f"{'; '.join(moved)}.")
+
+
 def explain(ctx: Context, inc_id: str, signal: Signal, key: AttemptKey, time: datetime,
-            what: str, relation: str, path: str, symptom: Event | None = None) -> None:
+            what: str, relation: str, path: str, symptom: Event | None = None,
+            lost: str = "") -> None:
     cause = signal.event
     gap = (time - cause.time).total_seconds()
     when = f"{abs(gap):.0f} s {'before' if gap >= 0 else 'after'}"
@@ -133,7 +153,7 @@ def explain(ctx: Context, inc_id: str, signal: Signal, key: AttemptKey, time: da
                    f" {when} the {what} of {akey(key)}{seen_on}; "
                    + (f"{linked}, one of the attempt's own, {link}" if linked and
                       relation != "self" else "it is the attempt's own signal")
-                   + (f" (path {path})." if path and relation != "self" else "."))
+                   + (f" (path {path})." if path and relation != "self" else ".") + lost)
     confidence = CONFIDENCE.get(relation, 0.5) - (0.1 if gap > 300 else 0.0)
     ctx.book.emit(inc_id, ev.CauseUpdated(
         klass=signal.rule.klass, entity=entity, event_id=cause.id,

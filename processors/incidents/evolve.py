@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 from functools import singledispatch
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -172,6 +173,43 @@ def _(p: ev.CommanderAssigned, inc: Incident, event: IncidentEvent) -> None:
 @_evolve.register
 def _(p: ev.NoteAdded, inc: Incident, event: IncidentEvent) -> None:
     inc.notes = (*inc.notes, p.text)
+
+
+@_evolve.register
+def _(p: ev.DiagnosisRevised, inc: Incident, event: IncidentEvent) -> None:
+    if p.merged_into or not p.key:
+        inc.merged_into, inc.withdrawn, inc.explanation = p.merged_into, True, p.why
+        inc.status, inc.closed_at = "closed", event.time
+        return
+    if inc.withdrawn:  # later evidence gives it back
+        inc.merged_into, inc.withdrawn, inc.status, inc.closed_at = "", False, "open", None
+    inc.key, inc.klass, inc.entity, inc.title = p.key, p.klass, p.entity, p.title
+    inc.cause_class, inc.cause_entity, inc.cause_event = p.cause_class, p.cause_entity, \
+        p.cause_event
+    inc.cause_source, inc.cause_rank, inc.cause_at = p.cause_source, p.cause_rank, event.time
+    inc.confidence, inc.explanation = p.confidence, p.explanation
+    inc.severity, inc.severity_why = p.severity or inc.severity, p.severity_why
+    if inc.owner_rule != "manual":  # a person's assignment stands
+        inc.owner, inc.owner_rule, inc.owner_why = p.owner, p.owner_rule, p.owner_why
+    inc.first_signal_at, inc.last_signal_at = p.first_signal_at, p.last_signal_at
+    inc.signals, inc.flags, inc.linked = p.signals, set(p.flags), tuple(p.linked)
+    inc.charged_gpu_hours = p.charged_gpu_hours
+    jobs = [_revived(JobImpact, data) for data in p.jobs]
+    inc.jobs = {job.key: job for job in jobs}
+    inc.evidence = {e.event_id: e for e in (_revived(Evidence, d) for d in p.evidence)}
+    for action in (_revived(Action, d) for d in p.proposed):
+        inc.actions.setdefault(action.action_id, action)
+
+
+def _revived(cls: Any, data: dict[str, Any]) -> Any:
+    """A dataclass from its JSON form (times back to datetimes, unknown keys ignored)."""
+    known = cls.__dataclass_fields__
+    values: dict[str, Any] = {k: datetime.fromisoformat(v) if isinstance(v, str) and (
+        k.endswith("_at") or k in ("time", "degraded_since")) else v
+        for k, v in data.items() if k in known}
+    if "projects" in values:
+        values["projects"] = tuple(values["projects"])
+    return cls(**values)
 
 
 _STAMPS = {"acknowledged": "acknowledged_at", "mitigated": "mitigated_at",

@@ -86,13 +86,15 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
         recent = [s for s in book.signals if s.key == key and s.rule.name == rule.name
                   and s.event.time >= horizon]
         first = recent[0].event
-        inc_id = opening.open_incident(ctx, key, rule.klass, event.entity or key, first.id,
+        # a job's own signal (a preemption) is about its attempt, not the grouping key
+        named = first.entity or (akey(book.attempt_key(first)) if first.job_id else key)
+        inc_id = opening.open_incident(ctx, key, rule.klass, event.entity or named, first.id,
                                        first.time, rule.name, event.time, event.observed_at)
         count = (f"{len(recent)} signals within {rule.threshold.window_s:.0f} s"
                  if len(recent) > 1 else "one signal")
         book.emit(inc_id, ev.CauseUpdated(
-            klass=rule.klass, entity=first.entity or key, event_id=first.id, confidence=0.7,
-            explanation=f"{first.entity or key} reported {first.type} "
+            klass=rule.klass, entity=named, event_id=first.id, confidence=0.7,
+            explanation=f"{named} reported {first.type} "
                         f"({rule.why or rule.klass}): {count}, rule {rule.name}. "
                         "No job symptom linked yet.", source="signal"),
                   event.time, rule.name, f"cause:{first.id}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from processors.incidents import impact, severity, slowdown
+from processors.incidents import correlate, impact, severity, slowdown
 from processors.incidents.book import AttemptKey, Progress, akey, jobref
 from schemas import incident_events as ev
 from schemas.events import Event
@@ -44,6 +44,7 @@ def track(ctx: Context, event: Event) -> None:
         # a checkpoint is progress too: a slow save is not a hang
         progress.last_step_at, progress.last_step_event = event.time, event.id
         slowdown.arm_hang(ctx, progress, key)
+        correlate.saved(ctx, event, key, progress)
     elif event.type == "checkpoint.restored" and isinstance(attrs.get("step"), int):
         restored(ctx, event, key, attrs["step"])
     elif event.type == "job.started":

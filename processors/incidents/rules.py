@@ -126,6 +126,10 @@ class SignalRule(_Strict):
     klass: str = Field(alias="class")
     threshold: Threshold = Threshold()
     why: str = ""
+    weight: int = Field(default=2, ge=0, le=5)
+    """Specificity as a cause (processors/incidents/weighing.py): 3 names the fault (an Xid
+    with a recovery action, a port down, an I/O error), 1 a counter tick or a blip that is
+    itself a symptom."""
 
     _types = field_validator("types")(lambda cls, v: _known_types(v))
 

@@ -250,15 +250,16 @@ def test_tqdm_redraws_loss_dicts_nemo_and_deepspeed_checkpoints() -> None:
         ("job.step", 1051, _at(2026, 11, 30, 8, 1, 0)),  # the dict glued to the bar
         ("checkpoint.saved", 1100, _at(2026, 11, 30, 8, 5, 9)),  # async: once, when final
         ("checkpoint.restored", 1100, _at(2026, 11, 30, 8, 6, 0)),
-        # an untimed line takes the time of the timed line before it in the file, and says so
+        # a line without a time takes the timed line's before it, never the read time
+        # (issue 27 item 4)
         ("comm.nccl_error", None, _at(2026, 11, 30, 8, 6, 0))]
     loss = events[3]
     assert (loss.attributes["loss"], loss.attributes["epoch"]) == (1.2345, 0.5)
     assert events[4].attributes["path"] == "/ckpt/run7/step=1100.ckpt"
     ib = events[-1]
-    assert ib.attributes["time_source"] == "previous_line"
     assert (ib.node, ib.attributes["device"], ib.attributes["pid"]) == ("gpu-node-7", "3",
                                                                         2231)
+    assert ib.attributes["time_source"] == "previous_line"
 
 
 def test_public_bars_nemo_save_and_stepless_dicts() -> None:

@@ -1,0 +1,298 @@
+"""Arrival order is not event order: within a lateness horizon the incidents are a function
+of the events' times.
+
+The detector decides in arrival order, at once: an incident opens seconds after its first
+signal. When an event arrives behind one the detector already saw (files imported one source
+after another, a training log shipped every minute, a backfill), the affected window is
+evaluated again: the detector's memory is restored from the last checkpoint before the late
+event and every journalled event from there on is replayed in (time, id) order, with the
+attribution the pipeline knows now. The replayed memory is the answer; `reconcile` writes the
+difference to the incident log on the incidents already opened, as `diagnosis_revised`
+(cause, class, owner, impacted attempts, loss), so late evidence revises an incident and
+never opens a second one for the same failure: an incident the time-ordered events do not
+give is merged into the one that now holds its attempts.
+
+Bounded: the journal keeps the events since the newest checkpoint older than `horizon`
+behind the watermark; checkpoints are taken every `horizon / 4` of event time (at most
+5 min), at most `MAX_CHECKPOINTS` of them. An event
+older than that is decided in arrival order, where it arrived (and replayed there again by a
+later re-evaluation), by the concerns' own late paths (`cause.late`, late attribution).
+Cost: a late event replays the window after its checkpoint; events in order cost nothing.
+Pure: no clock, ids derived; the same input in the same order gives the same log whatever
+the batching.
+"""
+
+from __future__ import annotations
+
+import bisect
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from processors.incidents.book import Book, Progress
+from processors.incidents.model import (
+    Incident,
+    IncidentEvent,
+    InvalidTransition,
+    apply,
+    new_event,
+)
+from processors.incidents.revision import revision
+from processors.timeline import TimelineRow
+from schemas import incident_events as ev
+from schemas.events import Event
+
+if TYPE_CHECKING:
+    from processors.incidents.detector import Detector
+
+Position = tuple[datetime, str]
+RULE = "lateness"
+_STRAGGLER = "\uffff"
+EVERY = timedelta(minutes=5)
+"""Checkpoint spacing in event time (at most horizon / 4): a late event replays at most
+this much before it, plus what arrived after it."""
+MAX_CHECKPOINTS = 12
+"""Memory bound: past it the second oldest goes (the oldest still covers the horizon; the
+recent ones, which most late events use, stay dense)."""
+
+
+@dataclass
+class Checkpoint:
+    position: Position | None  # the last event folded into `book` (None: the beginning)
+    book: bytes
+
+
+@dataclass
+class Lateness:
+    """The journal and checkpoints one detector is re-evaluated from."""
+
+    horizon: timedelta = timedelta(minutes=10)
+    journal: list[tuple[Position, Event]] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    head: Position | None = None
+    touched: dict[str, Position] = field(default_factory=dict)
+    """incident -> the position of the last event that wrote to it: a re-evaluation
+    compares the incidents written after its checkpoint."""
+    reevaluations: int = 0
+    revisions: int = 0
+    stragglers: int = 0
+
+    @property
+    def every(self) -> timedelta:
+        return max(min(self.horizon / 4, EVERY), timedelta(seconds=1))
+
+    def observe(self, d: Detector, event: Event,
+                rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
+        if not self.checkpoints:
+            self.checkpoints.append(Checkpoint(None, pickle.dumps(d.book)))
+        position = (event.time, event.id)
+        if self.head is not None and position <= self.head:
+            base = self._base(position)
+            if base is not None:
+                out = self._reevaluate(d, base, position, event, rows_of)
+                self._after(d)
+                return out
+            # older than every checkpoint: decided where it arrived, replayed there later
+            self.stragglers += 1
+            position = (self.head[0], f"{self.head[1]}{_STRAGGLER}{event.id}")
+        out = d.observe(event, rows_of(event))
+        self.journal.append((position, event))
+        self.head = position
+        self._touch(position, out)
+        self._after(d)
+        return out
+
+    def _touch(self, position: Position, events: list[IncidentEvent]) -> None:
+        for e in events:
+            if self.touched.get(e.incident_id, position) <= position:
+                self.touched[e.incident_id] = position
+
+    def _base(self, position: Position) -> int | None:
+        """The index of the newest checkpoint before `position`."""
+        for i in range(len(self.checkpoints) - 1, -1, -1):
+            at = self.checkpoints[i].position
+            if at is None or at < position:
+                return i
+        return None
+
+    def _checkpoint(self, d: Detector, position: Position) -> None:
+        last = self.checkpoints[-1].position
+        if last is None or position[0] - last[0] >= self.every:
+            self.checkpoints.append(Checkpoint(position, pickle.dumps(d.book)))
+
+    def _after(self, d: Detector) -> None:
+        """Checkpoint every `every` of event time; forget what is past the horizon."""
+        assert self.head is not None
+        self._checkpoint(d, self.head)
+        cutoff = self.head[0] - self.horizon if d.book.watermark is None else \
+            d.book.watermark - self.horizon
+        while len(self.checkpoints) > 1 and (at := self.checkpoints[1].position) is not None \
+                and at[0] < cutoff:
+            self.checkpoints.pop(0)
+        while len(self.checkpoints) > MAX_CHECKPOINTS:
+            self.checkpoints.pop(1)
+        oldest = self.checkpoints[0].position
+        if oldest is not None:
+            cut = bisect.bisect_right(self.journal, oldest, key=lambda j: j[0])
+            del self.journal[:cut]
+            self.touched = {i: at for i, at in self.touched.items() if at > oldest}
+
+    def _reevaluate(self, d: Detector, base: int, position: Position, event: Event,
+                    rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
+        self.reevaluations += 1
+        bisect.insort(self.journal, (position, event), key=lambda j: j[0])
+        checkpoint = self.checkpoints[base]
+        del self.checkpoints[base + 1:]  # taken before this event: no longer the answer
+        since = checkpoint.position
+        live = d.book
+        touched = {inc for inc, at in self.touched.items() if since is None or at > since}
+        replay: list[IncidentEvent] = []
+        d.book = pickle.loads(checkpoint.book)  # noqa: S301 - our own bytes, in memory
+        start = 0 if since is None else bisect.bisect_right(self.journal, since,
+                                                            key=lambda j: j[0])
+        for at, replayed in self.journal[start:]:
+            emitted = d.observe(replayed, rows_of(replayed))
+            replay.extend(emitted)
+            self._touch(at, emitted)
+            if at > position:  # the next late event replays from closer
+                self._checkpoint(d, at)
+        out, renamed = reconcile(live, d.book, replay, touched, event)
+        for later in self.checkpoints[base + 1:]:  # taken during the replay: renamed too
+            if renamed:
+                book = pickle.loads(later.book)  # noqa: S301 - our own bytes
+                _rename(book, renamed)
+                later.book = pickle.dumps(book)
+        self._touch(position, out)
+        self.revisions += sum(1 for e in out if e.kind == "diagnosis_revised")
+        return out
+
+
+# --- writing the difference ------------------------------------------------------------------
+
+
+def _active_jobs(inc: Incident) -> set[str]:
+    return {k for k, j in inc.jobs.items() if j.role in ("failed", "degraded")}
+
+
+def _conclusion(inc: Incident) -> tuple[Any, ...]:
+    """What `revision` carries, to compare (a person's owner is not the detector's)."""
+    owner = () if inc.owner_rule == "manual" else (inc.owner, inc.owner_rule, inc.owner_why)
+    return (inc.key, inc.klass, inc.entity, inc.title, inc.cause_class, inc.cause_entity,
+            inc.cause_event, inc.cause_source, inc.cause_rank, inc.confidence,
+            inc.explanation, inc.severity, inc.severity_why, owner, inc.first_signal_at,
+            inc.last_signal_at, inc.signals, sorted(inc.flags), inc.charged_gpu_hours,
+            inc.linked, inc.jobs, inc.evidence)
+
+
+def _write(live: Book, inc_id: str, payload: ev.Payload, time: datetime,
+           discriminator: str) -> IncidentEvent | None:
+    state = live.incidents[inc_id]
+    try:
+        event = new_event(state, inc_id, payload, time, _actor(), discriminator)
+    except InvalidTransition:
+        live.refused += 1
+        return None
+    live.incidents[inc_id] = apply(state, event)
+    return event
+
+
+def _actor() -> Any:
+    from processors.incidents.book import actor
+
+    return actor(RULE)
+
+
+def reconcile(live: Book, rebuilt: Book, replay: list[IncidentEvent], touched: set[str],
+              late: Event) -> tuple[list[IncidentEvent], dict[str, str]]:
+    """Bring the log to the rebuilt memory's conclusions; `rebuilt` becomes the detector's
+    memory (renamed onto the incidents already opened, with what people did kept). Returns
+    the events to append and the renaming (replay id -> the id in the log)."""
+    out: list[IncidentEvent] = []
+    why = (f"{late.type} {late.id} at {late.time.isoformat()} arrived after later events; "
+           "the events in time order give this conclusion")
+    by_incident: dict[str, list[IncidentEvent]] = {}
+    for e in replay:
+        by_incident.setdefault(e.incident_id, []).append(e)
+    orphans = sorted((i for i, inc in live.incidents.items()
+                      if i not in rebuilt.incidents and not inc.withdrawn),
+                     key=lambda i: (live.incidents[i].opened_at or late.time, i))
+    new = sorted((i for i in rebuilt.incidents if i not in live.incidents),
+                 key=lambda i: (rebuilt.incidents[i].opened_at or late.time, i))
+    renamed: dict[str, str] = {}
+    for inc_id in new:
+        inc = rebuilt.incidents[inc_id]
+        match = next((o for o in orphans if o not in renamed.values() and (
+            live.incidents[o].key == inc.key
+            or _active_jobs(live.incidents[o]) & _active_jobs(inc))), None)
+        if match is None:
+            for e in by_incident.get(inc_id, []):  # a new incident: its log as replayed
+                live.incidents[inc_id] = apply(live.incidents.get(inc_id), e)
+                out.append(e)
+            continue
+        renamed[inc_id] = match
+    _rename(rebuilt, renamed)
+    for inc_id in sorted(touched | set(by_incident) | set(renamed.values())):
+        if inc_id not in rebuilt.incidents or inc_id not in live.incidents:
+            continue
+        now, was = rebuilt.incidents[inc_id], live.incidents[inc_id]
+        if now.withdrawn or (not was.withdrawn and _conclusion(now) == _conclusion(was)):
+            continue
+        event = _write(live, inc_id, revision(now, why), late.time,
+                       f"revised:{late.id}:{was.seq}")
+        if event is not None:
+            out.append(event)
+    for inc_id in orphans:
+        if inc_id in renamed.values() or live.incidents[inc_id].withdrawn:
+            continue
+        was = live.incidents[inc_id]
+        target = next((i for i in sorted(rebuilt.incidents)
+                       if _active_jobs(rebuilt.incidents[i]) & _active_jobs(was)), "")
+        payload = ev.DiagnosisRevised(
+            why=why + (f": its attempts belong to {target}" if target else
+                       ": it is not an incident"), merged_into=target)
+        event = _write(live, inc_id, payload, late.time, f"merged:{late.id}")
+        if event is not None:
+            out.append(event)
+    for inc_id, inc in live.incidents.items():
+        mine = rebuilt.incidents.get(inc_id)
+        if mine is None and not inc.withdrawn:
+            continue  # pragma: no cover - every live incident is rebuilt or withdrawn
+        if mine is not None and mine is not inc:
+            inc.applied |= mine.applied  # decisions the replay took are taken
+        rebuilt.incidents[inc_id] = inc  # with what people did; withdrawn ones stay known
+    rebuilt.opened_observed = {**live.opened_observed, **rebuilt.opened_observed}
+    return out, renamed
+
+
+def _rename(book: Book, names: dict[str, str]) -> None:
+    """Incident ids in the detector's memory, `old -> new` (the replay opened an incident
+    the log already holds under another id)."""
+    if not names:
+        return
+
+    def n(inc_id: str) -> str:
+        return names.get(inc_id, inc_id)
+
+    for old in names.keys() & book.incidents.keys():
+        book.incidents[old].id = names[old]
+    book.incidents = {n(k): v for k, v in book.incidents.items()}
+    book.open = {k: n(v) for k, v in book.open.items()}
+    book.resolved = {k: n(v) for k, v in book.resolved.items()}
+    book.by_attempt = {k: n(v) for k, v in book.by_attempt.items()}
+    book.pending = {k: [(n(i), a) for i, a in v] for k, v in book.pending.items()}
+    book.timers = [(w, s, kind, n(ref), a) for w, s, kind, ref, a in book.timers]
+    book.node_incidents = {node: {n(i): t for i, t in v.items()}
+                           for node, v in book.node_incidents.items()}
+    book.folded = {n(k): v for k, v in book.folded.items()}
+    for progress in book.progress.values():
+        _rename_progress(progress, n)
+
+
+def _rename_progress(progress: Progress, n: Callable[[str], str]) -> None:
+    if progress.failed_ckpt is not None:
+        progress.failed_ckpt = (progress.failed_ckpt[0], n(progress.failed_ckpt[1]))
+    progress.slow_incident = n(progress.slow_incident)
+    progress.straggler = {node: (since, n(inc), samples)
+                          for node, (since, inc, samples) in progress.straggler.items()}

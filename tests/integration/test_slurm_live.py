@@ -1,0 +1,207 @@
+"""`jobtrail collect slurm` against a real Slurm 22.05 started by the tests (slurm_kit).
+
+Every job lifecycle the scheduler has — complete, fail, cancel, admin requeue, time limit, a
+node drained and then set down under a running job — must land on the job's timeline as the
+right attempts, with the times sacct recorded. A collector SIGKILLed and restarted loses and
+doubles nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jobtrail.store import Store
+from tests.integration.slurm_kit import (
+    ROOT,
+    SLURMCTLD_LOG,
+    attempts_in_sacct,
+    collector,
+    job,
+    sbatch,
+    sh,
+    slurm,
+    wait_until,
+)
+
+__all__ = ["slurm"]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+PROJECT = "root"  # the Slurm account of the submitting user
+
+
+def _types(store: Store, job_id: str) -> list[tuple[int, str]]:
+    return [(r["attempt"], r["type"]) for r in store.timeline(PROJECT, job_id)]
+
+
+def _epoch(value: datetime | None) -> float:
+    assert value is not None
+    return value.replace(tzinfo=value.tzinfo or UTC).timestamp()
+
+
+def _same_times_as_sacct(store: Store, job_id: str) -> None:
+    """Each attempt's start and end are the ones sacct recorded (to its whole seconds; a
+    requeue's log line can come ~1 s after the end accounting records)."""
+    ours = store.attempts(PROJECT, job_id)
+    theirs = [a for a in attempts_in_sacct(job_id) if a["time"]["start"]]
+    assert [a.attempt for a in ours] == list(range(1, len(theirs) + 1)), (ours, theirs)
+    for mine, record in zip(ours, theirs, strict=True):
+        assert abs(_epoch(mine.started_at) - record["time"]["start"]) <= 1.0, (mine, record)
+        if record["time"]["end"]:
+            assert abs(_epoch(mine.ended_at) - record["time"]["end"]) <= 2.0, (mine, record)
+
+
+def test_every_lifecycle_lands_on_the_timeline(slurm: Path, store: Store,
+                                                tmp_path: Path) -> None:
+    c = collector(store, tmp_path)
+    ok = sbatch(slurm, "sleep 2; exit 0", "-x", "n3")
+    bad = sbatch(slurm, "sleep 2; exit 3", "-x", "n3")
+    cancel = sbatch(slurm, "sleep 300", "-x", "n3")
+    requeue = sbatch(slurm, "sleep 300", "--requeue", "-w", "n2")
+    limit = sbatch(slurm, "sleep 300", "--time=1", "-x", "n3")
+    on_n3 = sbatch(slurm, "sleep 300", "--requeue", "-w", "n3")
+    big = sbatch(slurm, "sleep 1", "--gres=gpu:8", "-w", "n4", "--dependency", f"afterany:{ok}")
+
+    running = {cancel, requeue, on_n3}
+    wait_until("jobs running", lambda: all(job(j).get("job_state") == "RUNNING"
+                                           for j in running), 60, c.step)
+    pending = wait_until("a pending reason", lambda: [
+        r for r in store.timeline(PROJECT, big) if r["type"] == "job.pending"], 30, c.step)
+    assert pending[0]["attributes"]["reason"] == "Dependency"
+    sh("scancel", cancel)
+    sh("scontrol", "requeue", requeue)
+    sh("scontrol", "update", "nodename=n3", "state=drain", "reason=XID 79: GPU fell off the bus")
+    wait_until("the drain on the job's timeline", lambda: (1, "node.drained") in
+               _types(store, on_n3), 30, c.step)
+    sh("scontrol", "update", "nodename=n3", "state=down", "reason=IB link down mlx5_0")
+    try:
+        wait_until("the requeue on node failure", lambda: (1, "job.requeued") in
+                   _types(store, on_n3), 30, c.step)
+    finally:
+        sh("scontrol", "update", "nodename=n3", "state=resume")  # the rerun needs n3 again
+    outcomes = {"completed": (ok, (1, "job.completed")), "failed": (bad, (1, "job.failed")),
+                "cancelled": (cancel, (1, "job.cancelled")),
+                "requeued rerun": (requeue, (2, "job.started")),
+                "node-fail rerun": (on_n3, (2, "job.started")),
+                "time limit": (limit, (1, "job.timeout"))}
+
+    def missing() -> list[str]:
+        back = any(e.type == "node.ready" and e.node == "n3" for e in store.recent_events(900))
+        return [k for k, (j, want) in outcomes.items() if want not in _types(store, j)] + (
+            [] if back else ["n3 back"])
+
+    wait_until("every outcome", lambda: not missing(), 180, c.step, poll_s=1.0,
+               explain=missing)
+
+    rows = {j: store.timeline(PROJECT, j) for j in (ok, bad, cancel, requeue, limit, on_n3)}
+    by_type = {j: {(r["attempt"], r["type"]): r for r in rs} for j, rs in rows.items()}
+    assert by_type[ok][(1, "job.completed")]["attributes"]["exit_code"] == 0
+    assert by_type[bad][(1, "job.failed")]["attributes"]["exit_code"] == 3
+    assert by_type[cancel][(1, "job.cancelled")]["attributes"]["signal"] == "SIGTERM"
+    assert by_type[requeue][(1, "job.requeued")]["attributes"]["reason"] == "REQUEUED"
+    assert by_type[limit][(1, "job.timeout")]["attributes"]["reason"] == "TIMEOUT"
+    started = by_type[ok][(1, "job.started")]["attributes"]
+    assert started["gpus"] == 2 and len(started["gpu_ids"]) == 2
+    drained = by_type[on_n3][(1, "node.drained")]
+    assert (drained["relation"], drained["node"]) == ("node", "n3")
+    assert "XID 79" in drained["attributes"]["reason"]
+    down = by_type[on_n3][(1, "node.not_ready")]
+    assert "IB link down" in down["attributes"]["reason"]
+    failed = by_type[on_n3][(1, "job.requeued")]["attributes"]
+    assert (failed["reason"], failed["failed_nodes"]) == ("NODE_FAIL", ["n3"])
+    for j in (ok, bad, cancel, requeue, limit, on_n3):
+        _same_times_as_sacct(store, j)
+    assert next(a.outcome for a in store.attempts(PROJECT, on_n3)) in ("requeued", "failed")
+    assert store.duplicate_ids() == 0
+    sh("scancel", requeue, on_n3, big)
+
+
+def _cli(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTRAIL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-m", "jobtrail.cli", "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env,
+                          check=False)
+    assert not check or done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _collector(home: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTRAIL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.Popen([sys.executable, "-m", "jobtrail.cli", "--home", str(home),
+                             "collect", "slurm", "--log", str(SLURMCTLD_LOG), "--interval",
+                             "0.3"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+_DUMP = """
+import json, os, sys
+from jobtrail.app import open_store
+from jobtrail.config import Settings
+store = open_store(Settings.from_env({"JOBTRAIL_HOME": sys.argv[1]}))
+rows = store._dicts("SELECT id, job_id, attempt, type FROM events FINAL WHERE job_id != ''")
+print(json.dumps(rows))
+"""
+
+
+def _ids(home: Path, jobs: list[str]) -> dict[str, list[tuple[int, str, str]]]:
+    """(attempt, type, id) of each job's events in a home (one subprocess: chDB opens one
+    path per process, and this one holds the test store's)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTRAIL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", _DUMP, str(home)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env=env, check=True)
+    rows: list[dict[str, Any]] = json.loads(done.stdout)
+    return {j: sorted((r["attempt"], r["type"], r["id"]) for r in rows if r["job_id"] == j)
+            for j in jobs}
+
+
+def test_sigkill_and_restart_lose_and_double_nothing(slurm: Path, tmp_path: Path) -> None:
+    home, reference = tmp_path / "home", tmp_path / "reference"
+    proc = _collector(home)
+    jobs = [sbatch(slurm, f"sleep {1 + i % 3}; exit {i % 2}", "-x", "n3") for i in range(6)]
+    requeued = sbatch(slurm, "sleep 300", "--requeue", "-x", "n3")
+    try:
+        wait_until("jobs under way", lambda: job(requeued).get("job_state") == "RUNNING", 60)
+        proc.send_signal(signal.SIGKILL)  # mid-stream, cursor possibly behind what was sent
+        proc.wait(30)
+        sh("scontrol", "requeue", requeued)
+        proc = _collector(home)
+        wait_until("the rerun", lambda: job(requeued).get("restart_cnt") == 1
+                   and job(requeued).get("job_state") == "RUNNING", 90)
+        wait_until("all done", lambda: all(job(j).get("job_state") in ("COMPLETED", "FAILED")
+                                           for j in jobs), 60)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        cursor = home / "collect/slurm-cursor.json"
+        before = cursor.stat().st_mtime_ns
+        proc = _collector(home)
+        wait_until("the restarted collector caught up", lambda: cursor.stat().st_mtime_ns
+                   != before and json.loads(cursor.read_text())["log_offset"]
+                   >= SLURMCTLD_LOG.stat().st_size, 60)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        sh("scancel", requeued)
+    _cli(reference, "collect", "slurm", "--log", str(SLURMCTLD_LOG), "--max-steps", "1")
+    got, want = _ids(home, [*jobs, requeued]), _ids(reference, [*jobs, requeued])
+    for j in jobs:
+        assert want[j], j
+        assert set(want[j]) <= set(got[j]), (j, got[j], want[j])  # 0 lost
+    kinds = [(j, a, t) for j, rows in got.items() for a, t, _ in rows
+             if t != "job.pending"]
+    assert len(kinds) == len(set(kinds)), kinds  # 0 doubled: one event per attempt and kind
+    assert {(a, t) for a, t, _ in got[requeued]} >= {(1, "job.started"), (1, "job.requeued"),
+                                                     (2, "job.started")}
+    stats = json.loads(_cli(home, "stats").stdout)
+    assert stats["duplicate_event_ids"] == 0
