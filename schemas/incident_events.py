@@ -43,6 +43,9 @@ class Payload(BaseModel):
     KIND: ClassVar[str] = ""
     VERSION: ClassVar[int] = 1
     schema_version: int = 1
+    at: datetime | None = None
+    """When it happened, as a person said (`--at`): the envelope's `time` is when it was
+    recorded. Unset for the processors' decisions, whose time is the event's own."""
 
     def data(self) -> dict[str, Any]:
         """The JSON object stored in `incident_log.data` (set fields only: compact; the
@@ -109,6 +112,7 @@ class JobImpacted(Payload):
     job: JobRef
     gpus: int = 0
     role: str = "failed"  # failed, degraded, linked
+    started_at: datetime | None = None
     failed_at: datetime | None = None
     failure_step: int | None = None
     failure_step_source: str = ""
@@ -173,6 +177,25 @@ class NoteAdded(Payload):
 
 class Mitigated(Payload):
     KIND = "mitigated"
+    text: str = ""
+    """What was done to stop the impact (optional: the Resolution section shows it)."""
+
+
+class Paged(Payload):
+    """Someone was paged or called in (by a person, or by a notification rule)."""
+
+    KIND = "paged"
+    who: str = Field(min_length=1, max_length=200)
+    why: str = ""
+
+
+class TimeCorrected(Payload):
+    """A recorded time was wrong: the event `event_id` (one of this incident's) happened
+    at `at`. The original stays in the log; the fold reads the correction."""
+
+    KIND = "time_corrected"
+    event_id: str = Field(min_length=1)
+    why: str = ""
 
 
 class RecoveryObserved(Payload):
@@ -344,6 +367,15 @@ def _published_v1(data: dict[str, Any]) -> dict[str, Any]:
     return {"human": {"summary": text} if text else {}}
 
 
+class PostmortemAmended(Payload):
+    """A published postmortem changed: one section's new text, and why (a revision)."""
+
+    KIND = "postmortem_amended"
+    section: str
+    text: str = ""
+    why: str = ""
+
+
 class PostmortemWaived(Payload):
     KIND = "postmortem_waived"
     reason: str = Field(min_length=1)
@@ -409,11 +441,12 @@ class Closed(Payload):
 PAYLOADS: dict[str, type[Payload]] = {cls.KIND: cls for cls in (
     IncidentOpened, SignalAdded, EvidenceAttached, JobImpacted, FailureStepUpdated,
     CauseUpdated, SeverityChanged,
-    OwnerAssigned, Acknowledged, CommanderAssigned, NoteAdded, Mitigated, RecoveryObserved,
+    OwnerAssigned, Acknowledged, CommanderAssigned, NoteAdded, Mitigated, Paged,
+    TimeCorrected, RecoveryObserved,
     RecoveryVerified, ImpactAssessed, Resolved, Reopened, PostmortemDrafted,
     PostmortemSectionEdited, PostmortemReviewRequested, PostmortemChangesRequested,
-    PostmortemApproved, PostmortemPublished, PostmortemWaived, LearningRecorded,
-    ActionAdded, ActionProposed, ActionUpdated, Closed, DiagnosisRevised)}
+    PostmortemApproved, PostmortemPublished, PostmortemAmended, PostmortemWaived,
+    LearningRecorded, ActionAdded, ActionProposed, ActionUpdated, Closed, DiagnosisRevised)}
 
 UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("postmortem_drafted", 1): _drafted_v1,

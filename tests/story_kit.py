@@ -45,13 +45,15 @@ class Story:
         return min(incs, key=lambda i: (SEVERITY.get(i.severity, 9), i.opened_at, i.id))
 
     def do(self, command: str, by: str = "ic-ana", incident: str = "",
-           at: datetime | None = None, **data: Any) -> Incident:
+           at: datetime | None = None, happened: datetime | None = None,
+           **data: Any) -> Incident:
+        """`at`: when it is recorded (the story's clock); `happened`: the command's `--at`."""
         self.n += 1
         self.clock = at or self.clock + timedelta(minutes=1)
         inc_id = incident or self.main.id
         out = self.pipeline.command(Command(
             command_id=f"cmd-{self.n}", incident_id=inc_id, command=command,  # type: ignore[arg-type]
-            actor=Actor(kind="person", name=by), time=self.clock, data=data))
+            actor=Actor(kind="person", name=by), time=self.clock, data=data, at=happened))
         self.log.extend(out.incidents)
         return self.pipeline.detector.incidents[inc_id]
 

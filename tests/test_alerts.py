@@ -66,7 +66,9 @@ def test_a_64_rank_storm_is_one_message_per_team() -> None:
         (storm.main.id, "opened")]  # 64 NCCL timeouts, one incident, one message
     assert infra[0].folded == ("severity_raised",)
     network = sent(decisions, "sub-network")
-    assert [d.transition for d in network] == ["opened", "severity_raised"]
+    # and, by default, the "recovered" message once the job passed its failure point
+    assert [d.transition for d in network] == ["opened", "severity_raised",
+                                               "recovery_verified"]
     assert {d.incident_id for d in network} == {fabric.main.id}
     assert sent(decisions, "sub-storage") == []
     # every folded transition is logged as a suppression that names the first message
@@ -123,8 +125,12 @@ def test_a_flap_is_damped_and_a_real_reopen_is_held_then_sent() -> None:
 def test_an_unacknowledged_sev1_repeats_until_someone_acknowledges() -> None:
     story = Story("rank-storm")
     first_at = story.main.opened_at + timedelta(seconds=30)
-    subscriber = sub("infra", "team=training-infra", repeat_s=600, max_repeats=6)
+    subscriber = sub("training-infra", "team=training-infra", repeat_s=600, max_repeats=6)
     at = first_at + timedelta(minutes=25)  # reminders 1 and 2 were due: only 2 is sent
+    # reminders go to the owning team only: a watcher's subscription gets none
+    watcher = sub("watchers", "team=training-infra", repeat_s=600, max_repeats=6)
+    assert not [d for d in decide([watcher], [], story.logs(), at)
+                if d.key.startswith("repeat")]
     reminders = [d for d in decide([subscriber], [], story.logs(), at) if d.key.startswith(
         "repeat")]
     assert [(d.key, d.status) for d in reminders] == [("repeat-1", "suppressed"),
@@ -254,7 +260,8 @@ def test_messages_carry_cause_owner_impact_recovery_and_links() -> None:
                   if d.transition == "severity_raised")
     later = message(subscriber, raised, story.log, Links())
     assert later["incident"]["impact"]["gpus"] == 512
-    assert later["links"]["timeline"].endswith("var-project=llm-pretrain&var-job=pretrain")
+    assert "var-project=llm-pretrain&var-job=pretrain&var-attempt=1&from=" in \
+        later["links"]["timeline"]
 
 
 def test_channel_shapes() -> None:

@@ -178,9 +178,12 @@ def test_email_over_a_real_smtp_server(store: Store, tmp_path: Path) -> None:
         attempts = rig.run(T)
         assert attempts and {a.status for a in attempts} == {"sent"}
         assert len(mail.messages) == len(attempts)
-    first, second = mail.messages
+    first, second, *later = mail.messages  # opened, severity raised, then recovered
+    assert [m.get_body(preferencelist=("plain",)).get_content().splitlines()[0]
+            for m in later][-1].endswith("recovery verified")
     assert mail.envelopes[0] == ("jobtrail@cluster.example", ["net-oncall@example.com"])
     assert first["In-Reply-To"] == second["In-Reply-To"]  # one thread per incident
+    assert len({m["Subject"] for m in mail.messages}) == 1  # and one subject
     assert first["Message-ID"] != second["Message-ID"]
     unsubscribe = first["List-Unsubscribe"]
     assert unsubscribe.startswith("<https://jt.example/v1/subscriptions/sub-network/"

@@ -72,8 +72,9 @@ def test_subscribe_then_the_sample_scenario_delivers_to_each_channel(tmp_path: P
         assert inc["impact"]["gpus"] == 512 and inc["recovery"]
         assert opened["links"]["incident"].startswith("https://grafana.example/d/"
                                                       "jobtrail-incident?var-incident=inc-")
-        assert opened["links"]["timeline"] == ("https://grafana.example/d/jobtrail-job?"
-                                               "var-project=llm-pretrain&var-job=job-7b-001")
+        assert opened["links"]["timeline"].startswith(
+            "https://grafana.example/d/jobtrail-job?var-project=llm-pretrain&var-job=job-7b-001"
+            "&var-attempt=1&from=")
         chat = box.at("/services/T0/B0/secretpath")
         assert len(chat) == len(hooks)  # sev1: the same transitions as the webhook
         assert {"text", "blocks"} == set(chat[0].json)

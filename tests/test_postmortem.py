@@ -110,6 +110,13 @@ def test_review_approve_publish_with_the_approver_not_an_author() -> None:
     story.do("edit_postmortem", by="ic-ana", section="went_badly",
              text="The link was down for ten minutes before anyone looked.")
     story.do("request_review", by="ic-ana", reviewers=["lead-cy"])
+    # a required human section still holding its prompt blocks approval, not review
+    assert "still to write before approval: Contributing factors" in story.refused(
+        "approve_postmortem", by="lead-cy")
+    story.do("request_changes", by="lead-cy", comment="what made it likelier?")
+    story.do("edit_postmortem", by="ic-ana", section="contributing",
+             text="The cable was past its service life.")
+    story.do("request_review", by="ic-ana", reviewers=["lead-cy"])
     inc = story.do("approve_postmortem", by="lead-cy", comment="good")
     assert (inc.pm.status, inc.pm.approved_by) == ("approved", "lead-cy")
     # sev1: the learnings first
@@ -127,6 +134,7 @@ def test_review_approve_publish_with_the_approver_not_an_author() -> None:
     # an edit after approval needs a new approval
     story2 = Story("rank-storm")
     story2.do("draft_postmortem", by="ic-ana")
+    story2.do("edit_postmortem", by="ic-ana", section="contributing", text="Load.")
     story2.do("request_review", by="ic-ana", reviewers=["lead-cy"])
     story2.do("approve_postmortem", by="lead-cy")
     inc2 = story2.do("edit_postmortem", by="ic-ana", section="lucky", text="It was a weekend.")
@@ -150,6 +158,7 @@ def test_the_checklist_gates_close_and_a_force_needs_a_reason() -> None:
     for action_id in sorted(story.main.actions):
         story.do("accept_action", action_id=action_id, owner="network")
     story.do("draft_postmortem")
+    story.do("edit_postmortem", section="contributing", text="An ageing cable.")
     story.do("request_review", reviewers=["lead-cy"])
     story.do("approve_postmortem", by="lead-cy")
     for kind in ("sample", "monitor", "runbook"):
@@ -186,6 +195,7 @@ def test_blameless_check_warns_on_names_and_blame_but_does_not_block() -> None:
              text="Dana should have paged @netops sooner; human error.")
     story.do("edit_postmortem", by="ic-ana", section="went_well",
              text="The fabric alert fired within a minute.")
+    story.do("edit_postmortem", by="ic-ana", section="contributing", text="An old cable.")
     inc = story.main
     found = {(w.section, w.found.lower()) for w in warnings(inc.pm, inc.people)}
     assert {("went_badly", "should have"), ("went_badly", "human error"),

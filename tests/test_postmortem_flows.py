@@ -172,6 +172,7 @@ def test_http_takes_a_sev1_postmortem_from_draft_to_published(tmp_path: Path) ->
                     command_id="edit-1").body["events"] == []  # a resent command is a no-op
         assert again.status == 200
         assert post("edit", section="lucky").status == 422
+        assert post("edit", section="contributing", text="The cable was old.").status == 200
         assert post("review", reviewers=["lead-cy"]).status == 200
         author = post("approve")
         assert author.status == 409 and "must not be an author" in author.body["error"]
@@ -238,6 +239,8 @@ def test_the_review_page_in_a_real_browser_runs_no_injected_script(tmp_path: Pat
     cli(home, "postmortem", "edit", inc, "went_badly",
         "--text=<script>window.pwned=3</script><img src=x onerror=\"window.pwned=4\"> "
         "[docs](javascript:window.pwned=5) human error", env=ana)
+    cli(home, "postmortem", "edit", inc, "contributing",
+        "--text", "The cable was past its service life.", env=ana)
     with serve(home, {**env, "JOBTRAIL_API_TOKENS": TOKENS}) as server, \
             sync_playwright() as p:
         browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])

@@ -156,9 +156,28 @@ def decide_pass(alerts: AlertStore, now: datetime | None = None,
     return len(decisions), alerts.write_decisions(decisions, scope)
 
 
+ACK_LINK_TTL_S = 24 * 3600
+"""How long an acknowledge link in a message works after the decision it carries."""
+
+
+def ack_token(secrets: Secrets, incident_id: str, sub_id: str, expires: int) -> str:
+    """The HMAC in a message's acknowledge link: for this incident, from this subscription,
+    until `expires` (epoch s). Single use comes from the incident log: the ack is a command
+    whose id is derived from the token, so a second use changes nothing."""
+    return unsubscribe_token(secrets, f"ack\x00{incident_id}\x00{sub_id}\x00{expires}")
+
+
+def ack_link(public_url: str, secrets: Secrets, incident_id: str, sub_id: str,
+             expires: int) -> str:
+    token = ack_token(secrets, incident_id, sub_id, expires)
+    return (f"{public_url}/v1/incidents/{incident_id}/ack?sub={sub_id}&expires={expires}"
+            f"&token={token}")
+
+
 def unsubscribe_token(secrets: Secrets, sub_id: str) -> str:
-    """The HMAC in an email's unsubscribe link. Its key: JOBTRAIL_UNSUBSCRIBE_KEY (shared by
-    the API and the deliverer in a cluster), else one made once in HOME's secret store."""
+    """The HMAC in an email's unsubscribe link (and, over another text, an acknowledge
+    link). Its key: JOBTRAIL_UNSUBSCRIBE_KEY (shared by the API and the deliverer in a
+    cluster), else one made once in HOME's secret store."""
     try:
         key = secrets.env.get("JOBTRAIL_UNSUBSCRIBE_KEY") or secrets.get(
             "secret:unsubscribe-key")
@@ -188,12 +207,21 @@ class Deliverer:
         self.links = Links(settings.public_url, settings.grafana_url)
 
     def _message(self, sub: Subscription, rows: list[dict[str, Any]],
-                 logs: dict[str, list[IncidentEvent]]) -> dict[str, Any]:
+                 logs: dict[str, list[IncidentEvent]], now: datetime | None = None
+                 ) -> dict[str, Any]:
         head = _decision(rows[0])
         if head.incident_id not in logs:
             logs[head.incident_id] = self.alerts.store.incident_log(head.incident_id)
         msg = message(sub, head, logs[head.incident_id], self.links,
                       transitions=[_decision(r) for r in rows] if head.digest_key else ())
+        if msg["incident"]["status"] == "open" and not head.digest_key:
+            # from the decision's time, so a retry sends the same body; a message sent late
+            # (a backlog, a replay) gets a day from the hour it goes out
+            expires = int(head.time.timestamp()) + ACK_LINK_TTL_S
+            if now is not None and expires < now.timestamp() + 3600:
+                expires = int(now.timestamp()) // 3600 * 3600 + ACK_LINK_TTL_S
+            msg["links"]["ack"] = ack_link(self.settings.public_url, self.secrets,
+                                           head.incident_id, sub.id, expires)
         if head.digest_key:
             msg["id"] = "dig-" + hashlib.sha256(f"{sub.id}\x00{head.digest_key}".encode()) \
                 .hexdigest()[:20]
@@ -256,7 +284,7 @@ class Deliverer:
                               for i in ids]
                 continue
             first = min((p["first_at"] for p in prev), default=now)
-            jobs.append(Job(sub, ids, number, first, self._message(sub, rows, logs)))
+            jobs.append(Job(sub, ids, number, first, self._message(sub, rows, logs, now)))
         return jobs, cancelled
 
     def deliver(self, jobs: Sequence[Job], now: datetime,

@@ -106,12 +106,21 @@ def subscribe(ctx: click.Context, name: str, owner: str, matchers: tuple[str, ..
     try:
         parsed = [Matcher.parse(m) for m in matchers]
         if channel == "email":
+            if not _settings(ctx).smtp:
+                raise click.BadParameter(
+                    "email needs a mail server (JOBTRAIL_SMTP=host:port): without one no "
+                    "message would ever be delivered", param_hint="--channel")
             target, shown = to, to
         elif url:
             _check_url(ctx, "--url", url)
             target, shown = secrets.put(f"{sub_id}/url", url), hint(url)
         elif url_env:
             _check_env(secrets, "--url-env", url_env)
+            if secrets.env.get(url_env):  # set here: the worker will read the same URL
+                _check_url(ctx, "--url-env", secrets.env[url_env])
+            else:
+                click.echo(f"warning: {url_env} is not set here; the delivery worker must "
+                           "have it, or this channel is never reached", err=True)
             target, shown = f"env:{url_env}", f"${url_env}"
         else:
             raise click.UsageError(f"--channel {channel} needs --url or --url-env")

@@ -109,7 +109,12 @@ def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_jso
                                                            else "")
         if entry.get("credential"):
             who += f" via {entry['credential']}"
-        click.echo(f"    #{entry['seq']} {_age(entry['time'])} {entry['kind']} by {who}")
+        at = entry["data"].get("at") if isinstance(entry.get("data"), dict) else None
+        happened = f" (happened {str(at)[:16].replace('T', ' ')})" if at else ""
+        ref = f"  [{entry['id']}]" if entry["actor_kind"] != "processor" and entry.get("id") \
+            else ""
+        click.echo(f"    #{entry['seq']} {_age(entry['time'])} {entry['kind']} by {who}"
+                   f"{happened}{ref}")
 
 
 def _grouped(evidence: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int, str]]:
@@ -137,7 +142,7 @@ def operator(settings: Any) -> Any:
 
 
 def _command(ctx: click.Context, incident_id: str, command: str, by: str | None,
-             data: dict[str, Any], command_id: str | None) -> None:
+             data: dict[str, Any], command_id: str | None, at: datetime | None = None) -> None:
     from processors.incidents.model import Command, InvalidTransition
 
     settings = _settings(ctx)
@@ -146,9 +151,13 @@ def _command(ctx: click.Context, incident_id: str, command: str, by: str | None,
         raise click.ClickException(
             f"--by {by}: the CLI records who runs it ({who.name}, {who.credential}), never "
             "a name given here; set JOBTRAIL_IDENTITY to the operator's configured identity")
-    cmd = Command(command_id=command_id or f"cli-{uuid.uuid4().hex[:12]}",
-                  incident_id=incident_id, command=command, actor=who.actor(),
-                  time=datetime.now(UTC), data=data)
+    try:
+        cmd = Command(command_id=command_id or f"cli-{uuid.uuid4().hex[:12]}",
+                      incident_id=incident_id, command=command, actor=who.actor(),
+                      time=datetime.now(UTC), data=data, at=at)
+        cmd.payload()  # a bad field or an `at` still to come is refused before the runtime
+    except InvalidTransition as exc:
+        raise click.ClickException(f"{incident_id}: {exc}") from None
     from jobtrail.app import open_runtime
 
     runtime = open_runtime(settings)
@@ -173,18 +182,85 @@ _BY = click.option("--by", default=None, hidden=True,
 _ID = click.option("--command-id", default=None, help="Idempotency key (default: random)")
 
 
+def _when(_ctx: click.Context, _param: click.Parameter, value: str | None) -> datetime | None:
+    """`--at`: an ISO time (UTC unless it says otherwise), or HH:MM today (UTC)."""
+    if not value:
+        return None
+    try:
+        if len(value) <= 5 and ":" in value:
+            hour, minute = (int(x) for x in value.split(":"))
+            return datetime.now(UTC).replace(hour=hour, minute=minute, second=0,
+                                             microsecond=0)
+        at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give an ISO time (2026-11-30T10:05Z) or HH:MM "
+                                 "(UTC, today)") from None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+_AT = click.option("--at", "at", default=None, callback=_when, metavar="TIME",
+                   help="When it happened, if not now (ISO time, or HH:MM UTC today); the "
+                        "log keeps when it was recorded too")
+
+
 def _simple(name: str, command: str, doc: str) -> None:
     @incident.command(name, help=doc)
     @click.argument("incident_id")
     @_BY
     @_ID
+    @_AT
     @click.pass_context
-    def run(ctx: click.Context, incident_id: str, by: str | None, command_id: str | None) -> None:
-        _command(ctx, incident_id, command, by, {}, command_id)
+    def run(ctx: click.Context, incident_id: str, by: str | None, command_id: str | None,
+            at: datetime | None) -> None:
+        _command(ctx, incident_id, command, by, {}, command_id, at)
+
+
+@incident.command("mitigate")
+@click.argument("incident_id")
+@click.option("--note", "text", default="", help="What was done to stop the impact")
+@_BY
+@_ID
+@_AT
+@click.pass_context
+def mitigate(ctx: click.Context, incident_id: str, text: str, by: str | None,
+             command_id: str | None, at: datetime | None) -> None:
+    """Mark mitigated (impact stopped), saying what stopped it."""
+    _command(ctx, incident_id, "mitigate", by, {"text": text} if text else {}, command_id, at)
+
+
+@incident.command("page")
+@click.argument("incident_id")
+@click.argument("who")
+@click.option("--why", default="", help="Why they were called in")
+@_BY
+@_ID
+@_AT
+@click.pass_context
+def page(ctx: click.Context, incident_id: str, who: str, why: str, by: str | None,
+         command_id: str | None, at: datetime | None) -> None:
+    """Record that WHO (a person or team) was paged or called in."""
+    _command(ctx, incident_id, "page", by, {"who": who, **({"why": why} if why else {})},
+             command_id, at)
+
+
+@incident.command("correct-time")
+@click.argument("incident_id")
+@click.argument("event_id")
+@click.option("--at", "at", required=True, callback=_when, metavar="TIME",
+              help="When it really happened")
+@click.option("--why", default="", help="Why the recorded time was wrong")
+@_BY
+@_ID
+@click.pass_context
+def correct_time(ctx: click.Context, incident_id: str, event_id: str, at: datetime | None,
+                 why: str, by: str | None, command_id: str | None) -> None:
+    """Correct when a person's event (EVENT_ID, from `incident show`) happened; the original
+    record stays in the log."""
+    _command(ctx, incident_id, "correct_time", by,
+             {"event_id": event_id, **({"why": why} if why else {})}, command_id, at)
 
 
 for _name, _cmd, _doc in [("ack", "ack", "Acknowledge: someone is on it."),
-                          ("mitigate", "mitigate", "Mark mitigated (impact stopped)."),
                           ("resolve", "resolve", "Resolve (the cause is fixed)."),
                           ("reopen", "reopen", "Reopen a resolved incident.")]:
     _simple(_name, _cmd, _doc)
@@ -210,12 +286,13 @@ def close(ctx: click.Context, incident_id: str, force: bool, reason: str, by: st
 @click.option("--why", default="", help="Why this team owns it")
 @_BY
 @_ID
+@_AT
 @click.pass_context
 def assign(ctx: click.Context, incident_id: str, team: str, why: str, by: str | None,
-           command_id: str | None) -> None:
+           command_id: str | None, at: datetime | None = None) -> None:
     """Reassign to TEAM (an event in the log; the detector will not route it back)."""
     data = {"team": team, **({"why": why} if why else {})}
-    _command(ctx, incident_id, "assign", by, data, command_id)
+    _command(ctx, incident_id, "assign", by, data, command_id, at)
 
 
 @incident.command("commander")
@@ -223,11 +300,12 @@ def assign(ctx: click.Context, incident_id: str, team: str, why: str, by: str | 
 @click.argument("person")
 @_BY
 @_ID
+@_AT
 @click.pass_context
 def commander(ctx: click.Context, incident_id: str, person: str, by: str | None,
-              command_id: str | None) -> None:
+              command_id: str | None, at: datetime | None = None) -> None:
     """Name the incident commander."""
-    _command(ctx, incident_id, "commander", by, {"person": person}, command_id)
+    _command(ctx, incident_id, "commander", by, {"person": person}, command_id, at)
 
 
 @incident.command("note")
@@ -235,11 +313,12 @@ def commander(ctx: click.Context, incident_id: str, person: str, by: str | None,
 @click.argument("text")
 @_BY
 @_ID
+@_AT
 @click.pass_context
 def note(ctx: click.Context, incident_id: str, text: str, by: str | None,
-         command_id: str | None) -> None:
+         command_id: str | None, at: datetime | None = None) -> None:
     """Add a note to the incident's log."""
-    _command(ctx, incident_id, "note", by, {"text": text}, command_id)
+    _command(ctx, incident_id, "note", by, {"text": text}, command_id, at)
 
 
 @incident.command("severity")
@@ -248,11 +327,12 @@ def note(ctx: click.Context, incident_id: str, text: str, by: str | None,
 @click.option("--why", default="set by hand")
 @_BY
 @_ID
+@_AT
 @click.pass_context
 def severity(ctx: click.Context, incident_id: str, level: str, why: str, by: str | None,
-             command_id: str | None) -> None:
+             command_id: str | None, at: datetime | None = None) -> None:
     """Override the severity."""
-    _command(ctx, incident_id, "severity", by, {"severity": level, "why": why}, command_id)
+    _command(ctx, incident_id, "severity", by, {"severity": level, "why": why}, command_id, at)
 
 
 _KINDS = click.Choice(["prevent", "mitigate", "detect", "process"])

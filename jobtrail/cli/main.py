@@ -348,6 +348,7 @@ def _register() -> None:
         ingest,
         postmortem,
         report,
+        rules,
         topology,
     )
 
@@ -362,6 +363,7 @@ def _register() -> None:
     main.add_command(postmortem.followups)
     main.add_command(postmortem.scenario)
     main.add_command(topology.topology)
+    main.add_command(rules.rules)
     main.add_command(collect.collect)
     main.add_command(report.report)
     for command in alerts.COMMANDS:

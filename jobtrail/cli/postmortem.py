@@ -93,6 +93,24 @@ def edit(ctx: click.Context, incident_id: str, section: str, text: str | None,
              command_id)
 
 
+@postmortem.command("amend")
+@click.argument("incident_id")
+@click.argument("section")
+@click.option("--why", required=True, help="Why the published text changes (the revision's note)")
+@click.option("--text", default=None, help="The section's new Markdown (else --file, else stdin)")
+@click.option("--file", "path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@_BY
+@_ID
+@click.pass_context
+def amend(ctx: click.Context, incident_id: str, section: str, why: str, text: str | None,
+          path: Path | None, by: str, command_id: str | None) -> None:
+    """Amend SECTION of a published postmortem: a new revision, the history kept."""
+    body = text if text is not None else (path.read_text() if path else click.get_text_stream(
+        "stdin").read())
+    _command(ctx, incident_id, "amend_postmortem", by,
+             {"section": section, "text": body, "why": why}, command_id)
+
+
 @postmortem.command("review")
 @click.argument("incident_id")
 @click.option("--reviewer", "reviewers", multiple=True, help="Who should review it")

@@ -78,7 +78,7 @@ def _authorise(who: Principal, command: str, full: dict[str, Any],
     return data
 
 
-COMMAND_FIELDS = frozenset({"command", "command_id", "data"})
+COMMAND_FIELDS = frozenset({"command", "command_id", "data", "at"})
 
 
 def claimed_by(body: dict[str, Any], who: Principal) -> None:
@@ -89,10 +89,12 @@ def claimed_by(body: dict[str, Any], who: Principal) -> None:
 
 
 async def incident_command(request: web.Request) -> web.Response:
-    """`POST /v1/incidents/{id}/commands` `{"command": "ack", "command_id": "...", "data":
-    {...}}`: 200 with the events it appended (embedded), 202 queued (cluster), 403 when the
-    caller may not (its projects or its role), 409 with the reason when the incident's state
-    refuses it, 422 for a malformed command (or a `by` naming someone else)."""
+    """`POST /v1/incidents/{id}/commands` `{"command": "ack", "command_id": "...", "at":
+    "2026-11-30T10:05:00Z" (when it happened, optional), "data": {...}}`: 200 with the
+    events it appended (embedded), 202 queued (cluster), 403 when the caller may not (its
+    projects or its role), 409 with the reason when the incident's state refuses it, 422 for
+    a malformed command (or a `by` naming someone else); an `at` still to come is refused
+    like a bad field (409)."""
     from processors.incidents.model import Command, InvalidTransition
 
     who = principal(request)
@@ -109,15 +111,18 @@ async def incident_command(request: web.Request) -> web.Response:
         unknown = sorted(set(body) - COMMAND_FIELDS)
         if unknown:
             raise ValueError(f"{unknown[0]}: not a field of a command (command, command_id, "
-                             "data)")
+                             "at, data)")
         if not isinstance(body.get("command_id"), str):
             raise ValueError("command_id: a string is required (the idempotency key)")
+        if "at" in body and not (isinstance(body["at"], str) and body["at"]):
+            raise ValueError("at: a date-time (when it happened), e.g. 2026-11-30T10:05:00Z")
         data = body.get("data", {})
         if not isinstance(data, dict):
             raise ValueError("data: must be a JSON object")
         command = Command(command_id=str(body.get("command_id") or ""),
                           incident_id=incident_id, command=body.get("command"),
-                          actor=who.actor(), time=datetime.now(UTC), data=data)
+                          actor=who.actor(), time=datetime.now(UTC), data=data,
+                          at=body.get("at"))
     except (ValueError, RecursionError) as exc:
         detail = exc.errors()[0] if isinstance(exc, ValidationError) else {"msg": str(exc)}
         where = ".".join(str(x) for x in detail.get("loc", ()))

@@ -38,7 +38,8 @@ from processors.postmortem.state import SECTIONS
 from schemas.documents import load_json, load_yaml
 
 VERBS = POSTMORTEM_VERBS
-FIELDS = {"draft_postmortem": ("owner",), "edit_postmortem": ("section", "text"),
+FIELDS = {"amend_postmortem": ("section", "text", "why"), "draft_postmortem": ("owner",),
+          "edit_postmortem": ("section", "text"),
           "request_review": ("reviewers",), "request_changes": ("comment",),
           "approve_postmortem": ("comment",), "publish_postmortem": (),
           "waive_postmortem": ("reason",), "record_learning": ("learning", "reason")}
@@ -58,8 +59,11 @@ def _typed(key: str, value: Any) -> bool:
     if key == "section":
         return value in SECTIONS
     return isinstance(value, str)
-REQUIRED = {"edit": ("section", "text"), "request-changes": ("comment",),
-            "waive": ("reason",), "learning": ("learning",), "monitor": ("rules",)}
+
+
+REQUIRED = {"edit": ("section", "text"), "amend": ("section", "text", "why"),
+            "request-changes": ("comment",), "waive": ("reason",), "learning": ("learning",),
+            "monitor": ("rules",)}
 
 
 class NeedsSample(ValueError):

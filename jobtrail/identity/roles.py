@@ -15,7 +15,8 @@ POSTMORTEM_VERBS = {
     "request-changes": "request_changes", "approve": "approve_postmortem",
     "publish": "publish_postmortem", "waive": "waive_postmortem",
     "learning": "record_learning", "sample": "record_learning",
-    "monitor": "record_learning", "runbook": "record_learning"}
+    "monitor": "record_learning", "runbook": "record_learning",
+    "amend": "amend_postmortem"}
 """`POST /v1/incidents/{id}/postmortem/<verb>` -> the incident command it is."""
 
 ROUTE_ROLES: dict[tuple[str, str], str] = {
@@ -32,6 +33,7 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
 
 UNAUTHENTICATED_WRITES = frozenset({
     ("POST", "/v1/subscriptions/{sub_id}/unsubscribe"),  # the HMAC link in an email
+    ("POST", "/v1/incidents/{incident_id}/ack"),  # the signed acknowledge link in a message
     ("POST", "/ui/login"),  # presents a token, gets a session
     ("POST", "/auth/logout"),  # ends the caller's own session (CSRF-checked)
 })
@@ -42,13 +44,14 @@ COMMAND_ROLES: dict[str, str] = {
     "ack": "responder", "note": "responder", "add_action": "responder",
     "update_action": "responder", "accept_action": "responder", "dismiss_action": "responder",
     "draft_postmortem": "responder", "edit_postmortem": "responder",
-    "request_review": "responder", "record_learning": "responder",
+    "request_review": "responder", "record_learning": "responder", "page": "responder",
+    "correct_time": "responder",
     # commanders: lifecycle, ownership, severity, the postmortem's verdict
     "assign": "commander", "commander": "commander", "mitigate": "commander",
     "resolve": "commander", "reopen": "commander", "close": "commander",
     "severity": "commander", "request_changes": "commander",
     "approve_postmortem": "commander", "publish_postmortem": "commander",
-    "waive_postmortem": "commander",
+    "waive_postmortem": "commander", "amend_postmortem": "commander",
 }
 
 

@@ -123,6 +123,31 @@ def _find(scenario: scenarios.Scenario, want: dict[str, Any]) -> Incident | None
     return None
 
 
+def _opened(scenario: scenarios.Scenario) -> set[tuple[str, str]]:
+    log, _ = scenarios.run(scenario)
+    return {(i.klass, i.entity) for i in fold(log).values()}
+
+
+def _library_check(overrides: dict[str, Any], rules: Path) -> str:
+    """Replay every scenario of the library with and without the change: a monitor must not
+    open an incident there that the current rules do not (a new false incident)."""
+    paths = sorted(scenarios.LIBRARY.glob("*.yaml"))
+    for path in paths:
+        base = scenarios.load(path)
+        merged = scenarios.merge_rules(base.raw.get("rules") or {}, overrides)
+        try:
+            changed = scenarios.load_document({**base.raw, "rules": merged}, path)
+        except ValueError as exc:
+            raise LearningFailed(f"{rules} is not a valid rules change: {exc}") from None
+        new = sorted(_opened(changed) - _opened(base))
+        if new:
+            klass, entity = new[0]
+            raise LearningFailed(f"with {rules} the library scenario {path.stem} opens a new "
+                                 f"{klass} incident on {entity} (a false incident the current "
+                                 "rules do not open)")
+    return f"no new incident in the {len(paths)} library scenarios"
+
+
 def check_monitor(sample: Path, rules: Path) -> str:
     """Replay the sample with the proposed rules; it must open the same incident earlier or
     with a better cause."""
@@ -141,18 +166,19 @@ def check_monitor(sample: Path, rules: Path) -> str:
     if want is None:
         raise LearningFailed(f"{sample} expects no incident to compare")
     before, after = _find(base, want), _find(candidate, want)
+    library = _library_check(overrides, rules)
     if after is None:
         raise LearningFailed(f"with {rules} the sample no longer opens the {want['class']} "
                              f"incident on {want.get('entity')}")
     if before is None:
-        return f"opens the {want['class']} incident the current rules miss"
+        return f"opens the {want['class']} incident the current rules miss; {library}"
     assert before.opened_at and after.opened_at
     gained = (before.opened_at - after.opened_at).total_seconds()
     if gained > 0:
-        return f"opens the {want['class']} incident {gained:g} s earlier"
+        return f"opens the {want['class']} incident {gained:g} s earlier; {library}"
     if after.confidence > before.confidence:
         return (f"same incident with a better cause (confidence {after.confidence:.2f} vs "
-                f"{before.confidence:.2f})")
+                f"{before.confidence:.2f}); {library}")
     raise LearningFailed(f"with {rules} the incident opens no earlier ({after.opened_at} vs "
                          f"{before.opened_at}) and with no better cause "
                          f"({after.confidence:.2f} vs {before.confidence:.2f})")
@@ -189,24 +215,45 @@ def learning_data(kind: str, done: Outcome) -> dict[str, str]:
 
 
 def runbook_entry(inc: Incident) -> str:
+    """The runbook section from what was actually done: people's mitigations and notes in the
+    order they happened, the follow-ups accepted or done with the commands they name, and the
+    checks that verified recovery (the progress that passed each failure point)."""
     from processors.postmortem.draft import code, esc, when
 
     mitigators = inc.pm.sections.get("mitigators")
     steps = mitigators.text.strip() if mitigators and mitigators.provenance == "human" else ""
+    did = sorted((t for t in inc.story.values()
+                  if t.kind in ("mitigated", "note_added", "paged") and t.text),
+                 key=lambda t: (t.at, t.event_id))
     done = sorted((a for a in inc.actions.values() if a.status in ("done", "open")),
-                  key=lambda a: a.action_id)
+                  key=lambda a: (a.status != "done", a.action_id))
     signals = sorted({e.type for e in inc.evidence.values() if e.role in ("cause", "signal")})
     recovery = inc.recovery.replace("_", " ") if inc.recovery else "no job to recover"
     lines = [f"## {esc(inc.title or inc.klass)} ({inc.id}, {when(inc.opened_at)[:10]})", "",
              f"- Signals: {', '.join(code(s) for s in signals) or 'none recorded'}",
              f"- Cause: {esc(inc.explanation or inc.cause_class or 'not established')}",
              f"- Owner: {esc(inc.owner or 'unassigned')}",
-             f"- Recovery reached: {recovery}", "", "Steps that worked:", "",
-             steps or "_(the postmortem's mitigators section was not written)_"]
+             f"- Recovery reached: {recovery}", "", "What was done:", ""]
+    verbs = {"mitigated": "mitigated", "note_added": "noted", "paged": "paged"}
+    lines += [f"{n}. {when(t.at)[11:16]} {verbs[t.kind]}: {esc(t.text)} ({esc(t.by)})"
+              for n, t in enumerate(did, start=1)] or \
+        ["_(nothing recorded in the incident: `jobtrail incident mitigate --note`, `note`)_"]
+    if steps:
+        lines += ["", "Steps that worked (from the postmortem):", "", steps]
     if done:
-        lines += ["", "Follow-ups:", ""] + [f"- [{'x' if a.status == 'done' else ' '}] "
-                                           f"{esc(a.title)} ({esc(a.owner or 'unowned')})"
-                                           for a in done]
+        lines += ["", "Follow-ups:", ""]
+        for a in done:
+            commands = re.findall(r"`([^`]+)`", a.title)
+            lines.append(f"- [{'x' if a.status == 'done' else ' '}] {esc(a.title)} "
+                         f"({esc(a.owner or 'unowned')})")
+            lines += [f"  - run: `{c}`" for c in commands]
+    checks = sorted((e for e in inc.evidence.values() if e.role == "recovery"
+                     and "passed the failure point" in e.why), key=lambda e: e.time)
+    if checks:
+        lines += ["", "How recovery was verified:", ""]
+        lines += [f"- {when(e.time)} {code(e.type)}"
+                  + (f" on {code(e.entity)}" if e.entity else "") + f": {esc(e.why)}"
+                  for e in checks]
     return "\n".join(lines) + "\n"
 
 

@@ -166,7 +166,7 @@ class IncidentTables:
             "reason, why, rule FROM actions FINAL "
             "WHERE incident_id = {id:String} ORDER BY action_id", id=incident_id)
         out["log"] = self._dicts(
-            "SELECT seq, kind, time, actor_kind, actor, rule, credential, data, command_id "
+            "SELECT id, seq, kind, time, actor_kind, actor, rule, credential, data, command_id "
             "FROM incident_log FINAL WHERE incident_id = {id:String} ORDER BY seq",
             id=incident_id)
         for entry in out["log"]:

@@ -85,7 +85,10 @@ def document(inc: Incident, today: date | None = None) -> dict[str, Any]:
                        "published_at": pm.published_at, "digest": pm.digest,
                        "waived": pm.waived, "stale": pm.stale,
                        "reviews": [{"kind": k, "by": b, "comment": c}
-                                   for k, b, c in pm.reviews]},
+                                   for k, b, c in pm.reviews],
+                       "revision": len(pm.revisions) + 1 if pm.published_at else 0,
+                       "revisions": [{"revision": r, "by": b, "at": t, "section": s,
+                                      "why": w} for r, b, t, s, w in pm.revisions]},
         "sections": draft.section_texts(inc),
         "checklist": [{**asdict(i), "blocking": i.blocking} for i in checklist(inc, today)],
         "warnings": [asdict(w) for w in warnings(pm, inc.people)],

@@ -16,6 +16,7 @@ class JobImpact:
     job_id: str
     attempt: int
     gpus: int = 0
+    started_at: datetime | None = None
     failed_at: datetime | None = None
     failure_step: int | None = None
     failure_step_source: str = ""  # job.failed / job.worker_exited (reported), progress
@@ -92,6 +93,20 @@ class Action:
     """Set for a proposal: the remediation rule that proposed it."""
 
 
+@dataclass(frozen=True)
+class Told:
+    """One thing people did or said, for the postmortem's human story: when it happened
+    (`at`, corrected if someone corrected it) and when it was recorded."""
+
+    event_id: str
+    kind: str
+    at: datetime
+    recorded: datetime
+    by: str
+    text: str = ""
+    corrected: bool = False
+
+
 RECOVERY_STAGES = ("awaiting_restart", "restarted", "restored", "progress_resumed", "verified")
 
 
@@ -146,6 +161,10 @@ class Incident:
     merged_into: str = ""  # late evidence put this incident's attempts in that one
     withdrawn: bool = False  # in time order the events do not give this incident
     pm: Postmortem = field(default_factory=Postmortem)
+    story: dict[str, Told] = field(default_factory=dict)
+    """event id -> what people did, in log order (`TimeCorrected` moves its `at`)."""
+    stamps: dict[str, str] = field(default_factory=dict)
+    """lifecycle stamp (acknowledged_at, ...) -> the event that set it (for corrections)."""
     people: set[str] = field(default_factory=set)  # the persons in the log (blameless check)
     flags: set[str] = field(default_factory=set)  # repeat, no_restart, duplicate_run, ...
     commands: set[str] = field(default_factory=set)

@@ -31,8 +31,8 @@ LIFECYCLE_FROM: dict[str, tuple[str, ...]] = {
 }
 LIFECYCLE_TO = {"acknowledged": "acknowledged", "mitigated": "mitigated",
                 "resolved": "resolved", "reopened": "open", "closed": "closed"}
-AFTER_CLOSE = {"note_added", "diagnosis_revised", "action_updated", "action_added",
-               "action_proposed",
+AFTER_CLOSE = {"note_added", "diagnosis_revised", "time_corrected", "postmortem_amended",
+               "action_updated", "action_added", "action_proposed",
                "postmortem_drafted", "postmortem_section_edited",
                "postmortem_review_requested", "postmortem_changes_requested",
                "postmortem_approved", "postmortem_published", "learning_recorded"}

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from processors.incidents.aggregate import Action, Evidence, Incident, JobImpact
+from processors.incidents.aggregate import Action, Evidence, Incident, JobImpact, Told
 from processors.incidents.envelope import LIFECYCLE_TO, IncidentEvent
 from processors.postmortem import state as postmortem
 from schemas import incident_events as ev
@@ -38,7 +38,41 @@ def apply(state: Incident | None, event: IncidentEvent) -> Incident:
     except (KeyError, ValidationError):
         return inc
     _evolve(payload, inc, event)
+    if event.kind in _TOLD and (event.actor.kind != "processor" or event.kind == "paged"):
+        inc.story[event.id] = Told(event.id, event.kind, happened(payload, event), event.time,
+                                   event.actor.name, _told_text(payload))
     return inc
+
+
+_TOLD = {"acknowledged", "commander_assigned", "note_added", "mitigated", "paged", "resolved",
+         "reopened", "closed", "severity_changed", "owner_assigned", "action_added",
+         "action_updated"}
+"""The kinds a person's event joins the story with (a processor's only when it pages)."""
+
+
+def happened(payload: Payload, event: IncidentEvent) -> datetime:
+    """When it happened: the time a person gave (`--at`), else when it was recorded."""
+    return payload.at or event.time
+
+
+def _told_text(p: Payload) -> str:
+    if isinstance(p, ev.NoteAdded | ev.Mitigated):
+        return p.text
+    if isinstance(p, ev.CommanderAssigned):
+        return p.person
+    if isinstance(p, ev.Paged):
+        return p.who + (f": {p.why}" if p.why else "")
+    if isinstance(p, ev.SeverityChanged):
+        return p.severity + (f": {p.why}" if p.why else "")
+    if isinstance(p, ev.OwnerAssigned):
+        return p.team + (f": {p.why}" if p.why and p.rule != "manual" else "")
+    if isinstance(p, ev.ActionAdded):
+        return f"{p.action_id} {p.title}"
+    if isinstance(p, ev.ActionUpdated):
+        return f"{p.action_id} " + ", ".join(
+            f"{k} {getattr(p, k)}" for k in ("status", "owner", "due", "tracker")
+            if getattr(p, k) is not None)
+    return ""
 
 
 @singledispatch
@@ -178,18 +212,37 @@ def _revived(cls: Any, data: dict[str, Any]) -> Any:
     return cls(**values)
 
 
-def _lifecycle(inc: Incident, kind: str, time: datetime) -> None:
+_STAMPS = {"acknowledged": "acknowledged_at", "mitigated": "mitigated_at",
+           "resolved": "resolved_at", "closed": "closed_at"}
+
+
+def _lifecycle(inc: Incident, kind: str, time: datetime, event_id: str) -> None:
     inc.status = LIFECYCLE_TO[kind]
-    stamp = {"acknowledged": "acknowledged_at", "mitigated": "mitigated_at",
-             "resolved": "resolved_at", "closed": "closed_at"}.get(kind)
+    stamp = _STAMPS.get(kind)
     if stamp:
         setattr(inc, stamp, time)
+        inc.stamps[stamp] = event_id
     if kind == "reopened":
         inc.resolved_at = inc.mitigated_at = None
+        inc.stamps.pop("resolved_at", None)
+        inc.stamps.pop("mitigated_at", None)
 
 
 for _cls in (ev.Acknowledged, ev.Mitigated, ev.Resolved, ev.Reopened, ev.Closed):
-    _evolve.register(_cls, lambda p, inc, event: _lifecycle(inc, p.KIND, event.time))
+    _evolve.register(_cls, lambda p, inc, event: _lifecycle(inc, p.KIND, happened(p, event),
+                                                            event.id))
+
+
+@_evolve.register
+def _(p: ev.TimeCorrected, inc: Incident, event: IncidentEvent) -> None:
+    if p.at is None:
+        return
+    told = inc.story.get(p.event_id)
+    if told is not None:
+        inc.story[p.event_id] = replace(told, at=p.at, corrected=True)
+    for stamp, source in inc.stamps.items():
+        if source == p.event_id:
+            setattr(inc, stamp, p.at)
 
 
 @_evolve.register
@@ -216,7 +269,7 @@ def _(p: ev.ActionUpdated, inc: Incident, event: IncidentEvent) -> None:
 
 for _pm_cls in (ev.PostmortemDrafted, ev.PostmortemSectionEdited, ev.PostmortemReviewRequested,
              ev.PostmortemChangesRequested, ev.PostmortemApproved, ev.PostmortemPublished,
-             ev.PostmortemWaived, ev.LearningRecorded):
+             ev.PostmortemAmended, ev.PostmortemWaived, ev.LearningRecorded):
     _evolve.register(_pm_cls, lambda p, inc, event: postmortem.fold(inc.pm, p, event.actor.name,
                                                                  event.time))
 

@@ -34,6 +34,7 @@ def impacted(ctx: Context, inc_id: str, key: AttemptKey, time: datetime, rule: s
         step, source = (reported, event.type) if reported is not None and event else \
             (progress.last_step, "progress" if progress.last_step is not None else "")
         payload = ev.JobImpacted(job=jobref(key), gpus=gpus, role=role, failed_at=time,
+                                 started_at=attempt.started_at if attempt else None,
                                  failure_step=step, failure_step_source=source,
                                  last_checkpoint_step=progress.ckpt_step,
                                  last_checkpoint_at=ckpt_at,

@@ -4,7 +4,7 @@ the lifecycle table), the validated event (`new_event`), and people's commands."
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -43,6 +43,12 @@ def check(state: Incident | None, payload: Payload, actor: Actor | None = None) 
     if allowed and state.status not in allowed:
         raise InvalidTransition(f"cannot go to {LIFECYCLE_TO[kind]} from {state.status} "
                                 f"(allowed from: {', '.join(allowed)})")
+    if isinstance(payload, ev.TimeCorrected):
+        if payload.at is None:
+            raise InvalidTransition("correct_time: give the time it happened (at)")
+        if payload.event_id not in state.story:
+            raise InvalidTransition(f"no event {payload.event_id!r} of a person's on "
+                                    f"{state.id} to correct (see `jobtrail incident show`)")
     if isinstance(payload, ev.SeverityChanged) and payload.severity not in SEVERITIES:
         raise InvalidTransition(f"severity must be one of {', '.join(SEVERITIES)}")
     if isinstance(payload, ev.ActionAdded | ev.ActionUpdated):
@@ -98,13 +104,15 @@ COMMANDS: dict[str, type[Payload]] = {
     "edit_postmortem": ev.PostmortemSectionEdited, "request_review": ev.PostmortemReviewRequested,
     "request_changes": ev.PostmortemChangesRequested,
     "approve_postmortem": ev.PostmortemApproved, "waive_postmortem": ev.PostmortemWaived,
-    "record_learning": ev.LearningRecorded,
+    "record_learning": ev.LearningRecorded, "page": ev.Paged, "correct_time": ev.TimeCorrected,
+    "amend_postmortem": ev.PostmortemAmended,
 }
 CommandName = Literal["ack", "assign", "commander", "note", "mitigate", "resolve", "reopen",
                       "close", "severity", "add_action", "update_action", "accept_action",
                       "dismiss_action", "draft_postmortem", "publish_postmortem",
                       "edit_postmortem", "request_review", "request_changes",
-                      "approve_postmortem", "waive_postmortem", "record_learning"]
+                      "approve_postmortem", "waive_postmortem", "record_learning", "page",
+                      "correct_time", "amend_postmortem"]
 
 
 class Command(BaseModel):
@@ -117,11 +125,21 @@ class Command(BaseModel):
     command: CommandName
     actor: Actor
     time: datetime
+    """When it is recorded (the caller's clock)."""
     data: dict[str, Any] = Field(default_factory=dict)
+    at: datetime | None = None
+    """When it happened, if not now (`--at`): kept in the payload beside the record time."""
 
     def payload(self) -> Payload:
         """The event this command asks for; InvalidTransition names a bad field."""
         data = dict(self.data)
+        if self.at is not None:
+            at = self.at if self.at.tzinfo else self.at.replace(tzinfo=UTC)
+            if at > self.time:
+                raise InvalidTransition(f"{self.command}: at: {at:%Y-%m-%d %H:%M:%SZ} is "
+                                        "after the time it is recorded: a time to come "
+                                        "cannot have happened")
+            data["at"] = at
         if self.command == "assign":
             data.setdefault("why", f"assigned by {self.actor.label()}")
             data["rule"] = "manual"

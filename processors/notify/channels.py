@@ -34,13 +34,16 @@ def _facts(msg: dict[str, Any]) -> list[tuple[str, str]]:
                   f"({cause['confidence']:.2f})"),
         ("Owner", inc["owner"]),
         ("Impact", f"{impact['jobs']} job(s), {impact['gpus']} GPUs, "
-                   f"{impact['lost_gpu_hours']} GPU-h lost"),
-        ("Recovery", inc["recovery"] or "n/a"),
+                   f"{impact['lost_gpu_hours']} GPU-h lost" if impact.get("assessed", True)
+                   else f"{impact['jobs']} job(s), {impact['gpus']} GPUs, at risk "
+                        f"{impact.get('at_risk_gpu_hours', 0)} GPU-h (not assessed yet)"),
+        ("Recovery", inc.get("recovery_words") or inc["recovery"] or "n/a"),
     ]
 
 
 def _links(msg: dict[str, Any]) -> list[tuple[str, str]]:
-    out = [("Incident", msg["links"]["incident"])]
+    out = [("Acknowledge", msg["links"]["ack"])] if msg["links"].get("ack") else []
+    out.append(("Incident", msg["links"]["incident"]))
     if msg["links"]["timeline"]:
         out.append(("Job timeline", msg["links"]["timeline"]))
     return out
@@ -126,7 +129,8 @@ def email(msg: dict[str, Any], *, to: str, sender: str, unsubscribe: str,
           at: datetime) -> EmailMessage:
     inc = msg["incident"]
     mail = EmailMessage()
-    mail["Subject"] = msg["headline"]
+    # one subject per incident: mail clients thread by it as much as by References
+    mail["Subject"] = f"[jobtrail] {inc['title'] or inc['class']} ({inc['id']})"
     mail["From"] = sender
     mail["To"] = to
     mail["Date"] = format_datetime(at)

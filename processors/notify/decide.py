@@ -274,16 +274,22 @@ def _deadlines(sub: Subscription, incident: str, seen: History,
 
 def _repeats(sub: Subscription, incident: str, first: Decision, final: Incident,
              now: datetime) -> list[Decision]:
-    """The reminder due now for an unacknowledged sev1 (earlier ones superseded by it);
-    none once it was acknowledged, mitigated or resolved, or after the repeat window."""
+    """The reminder due now for an unacknowledged sev1 (earlier ones superseded by it), to
+    the owning team's subscriptions only; none once it was acknowledged, mitigated or
+    resolved, its jobs recovered, or after the repeat window."""
     if sub.repeat_s <= 0 or first.severity != "sev1" or now < first.not_before:
+        return []
+    if final.owner and sub.owner.removeprefix("team:") != final.owner:
         return []
     every = timedelta(seconds=sub.repeat_s)
     due = min(int((now - first.not_before) / every), sub.max_repeats)
     if now - first.not_before > every * (sub.max_repeats + 1) or due < 1:
         return []
-    handled = [t for t in (final.acknowledged_at, final.mitigated_at, final.resolved_at)
-               if t is not None]
+    failed = [j for j in final.jobs.values() if j.role == "failed"]
+    recovered = max((j.verified_at for j in failed if j.verified_at), default=None) \
+        if failed and all(j.verified_at for j in failed) else None
+    handled = [t for t in (final.acknowledged_at, final.mitigated_at, final.resolved_at,
+                           recovered) if t is not None]
     times = [first.not_before + every * k for k in range(1, due + 1)]
     live = [at for at in times if not any(t <= at for t in handled)]
     out = []

@@ -17,13 +17,28 @@ from processors.notify.model import Decision, Subscription
 HEADLINES = {
     "first": "opened, owned by {owner}", "opened": "opened, owned by {owner}",
     "cause_changed": "cause now {klass} on {entity}",
-    "severity_raised": "severity raised to {severity}",
+    "severity_raised": "severity raised to {severity} ({why})",
     "owner_changed": "now owned by {owner}", "mitigated": "mitigated",
     "recovery_verified": "recovery verified", "recovery_failed": "no restart: recovery failed",
     "resolved": "resolved", "reopened": "reopened",
     "postmortem_published": "postmortem published", "repeat": "still unacknowledged",
     "postmortem_due": "postmortem due", "followup_overdue": "a follow-up is overdue",
 }
+
+
+RECOVERY_WORDS = {
+    "awaiting_restart": "waiting for the job to be restarted",
+    "restarted": "restarted, not yet restored from a checkpoint",
+    "restored": "restored from a checkpoint, no progress yet",
+    "progress_resumed": "making progress again, not yet past the failure point",
+    "verified": "recovered: progress passed the failure point",
+}
+
+
+def recovery_words(state: str, step: int | None = None) -> str:
+    if state == "restored" and step is not None:
+        return f"restored from the step-{step} checkpoint, no progress yet"
+    return RECOVERY_WORDS.get(state, "no job to recover")
 
 
 @dataclass(frozen=True)
@@ -65,11 +80,22 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
                   key=lambda j: j.key)
     kind = "first" if d.key == "first" else d.transition
     headline = HEADLINES.get(kind, kind).format(
-        severity=inc.severity, klass=inc.klass, entity=scrub(inc.entity), owner=inc.owner)
+        severity=inc.severity, klass=inc.klass, entity=scrub(inc.entity), owner=inc.owner,
+        why=scrub(inc.severity_why or "no reason recorded"))
     recovery = recovery_of(jobs)
-    first_job = jobs[0] if jobs else None
+    first_job = next((j for j in jobs if j.role == "failed"), jobs[0] if jobs else None)
     timeline = (f"{links.grafana}/d/jobtrail-job?var-project={quote(first_job.project)}"
-                f"&var-job={quote(first_job.job_id)}" if first_job else "")
+                f"&var-job={quote(first_job.job_id)}&var-attempt={first_job.attempt}"
+                + _range(inc, first_job, d.not_before) if first_job else "")
+    failed = [j for j in jobs if j.role == "failed"]
+    lost = round(sum(j.lost_gpu_hours for j in jobs), 2)
+    assessed = lost > 0 or recovery == "verified"
+    at_risk = round(sum(j.gpus * max(0.0, (d.not_before - j.last_checkpoint_at)
+                                     .total_seconds()) / 3600 for j in failed
+                        if j.last_checkpoint_at), 2) if not assessed else 0.0
+    restored = next((j.restored_step for j in failed if j.restored_step is not None), None)
+    proposals = sorted((a for a in inc.actions.values() if a.status in ("proposed", "open")),
+                       key=lambda a: (a.status != "open", a.action_id))[:2]
     return {
         "id": d.id,
         "type": f"incident.{kind}",
@@ -88,13 +114,23 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
                       "explanation": scrub(inc.explanation)},
             "opened_at": inc.opened_at.isoformat() if inc.opened_at else None,
             "acknowledged": inc.acknowledged_at is not None,
+            "what": scrub(_what(inc, mine)),
             "impact": {"jobs": len(jobs), "gpus": sum(j.gpus for j in jobs),
-                       "lost_gpu_hours": round(sum(j.lost_gpu_hours for j in jobs), 2),
+                       "lost_gpu_hours": lost, "assessed": assessed,
+                       "at_risk_gpu_hours": at_risk,
                        "lost_steps": sum(j.lost_steps for j in jobs),
                        "other_projects": len({j.project for j in inc.jobs.values()} - mine)
                        if mine else 0},
             "recovery": recovery,
+            "recovery_words": recovery_words(recovery, restored) if jobs else
+            "no job hit so far",
             "jobs": [f"{j.project}/{j.job_id}/{j.attempt}" for j in jobs[:20]],
+            "actions": [{"id": a.action_id, "title": scrub(a.title), "status": a.status,
+                         "command": (f"jobtrail incident action-accept {inc.id} {a.action_id}"
+                                     if a.status == "proposed" else
+                                     f"jobtrail incident action-done {inc.id} {a.action_id}")}
+                        for a in proposals],
+            "ack_command": f"jobtrail incident ack {inc.id}",
         },
         "links": {
             "incident": f"{links.grafana}/d/jobtrail-incident?var-incident={quote(inc.id)}",
@@ -106,22 +142,63 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
     }
 
 
+def _range(inc: Incident, job: Any, until: datetime) -> str:
+    """Grafana's time range: from a few minutes before the first signal (or the checkpoint
+    the loss counts from) to a few minutes after the message, in epoch ms."""
+    from datetime import timedelta
+
+    starts = [t for t in (inc.first_signal_at, job.last_checkpoint_at) if t is not None]
+    if not starts:
+        return ""
+    start = min(starts) - timedelta(minutes=5)
+    end = max(until, job.failed_at or until) + timedelta(minutes=5)
+    return f"&from={int(start.timestamp() * 1000)}&to={int(end.timestamp() * 1000)}"
+
+
+def _what(inc: Incident, mine: set[str]) -> str:
+    """What broke, in words (the postmortem's plain summary); only the cause when the
+    incident also hit jobs the subscriber may not see."""
+    from processors.postmortem import draft
+
+    if mine and any(j.project not in mine for j in inc.jobs.values()):
+        return draft.cause_phrase(inc)[1].replace("\\", "") + "."
+    return draft.summary(inc).replace("\\", "")
+
+
+def _impact_line(inc: dict[str, Any]) -> str:
+    impact = inc["impact"]
+    line = f"Impact: {impact['jobs']} job(s), {impact['gpus']} GPUs"
+    if impact.get("assessed", True):
+        line += f", {impact['lost_gpu_hours']} GPU-hours lost"
+    elif impact.get("at_risk_gpu_hours"):
+        line += (f"; at risk {impact['at_risk_gpu_hours']} GPU-hours (GPUs x time since the "
+                 "last checkpoint; the loss is assessed when progress resumes)")
+    return line + (f" (and jobs of {impact['other_projects']} other project(s))"
+                   if impact["other_projects"] else "")
+
+
 def text(msg: dict[str, Any]) -> str:
     """The plain-text body every channel starts from."""
     inc = msg["incident"]
     impact = inc["impact"]
     cause = inc["cause"]
-    lines = [msg["headline"],
-             f"Cause: {cause['class'] or inc['class']} on {cause['entity'] or inc['entity']}"
-             f" ({cause['confidence']:.2f}): {cause['explanation']}".rstrip(": "),
-             f"Owner: {inc['owner']} ({inc['owner_why']})" if inc["owner_why"]
-             else f"Owner: {inc['owner']}",
-             f"Impact: {impact['jobs']} job(s), {impact['gpus']} GPUs, "
-             f"{impact['lost_gpu_hours']} GPU-hours lost"
-             + (f" (and jobs of {impact['other_projects']} other project(s))"
-                if impact["other_projects"] else ""),
-             f"Recovery: {inc['recovery'] or 'n/a'}; status {inc['status']}",
-             f"Incident: {msg['links']['incident']}"]
+    del impact
+    lines = [msg["headline"]]
+    if inc.get("what"):
+        lines.append(f"What happened: {inc['what']}")
+    lines += [f"Cause: {cause['class'] or inc['class']} on {cause['entity'] or inc['entity']}"
+              f" ({cause['confidence']:.2f}): {cause['explanation']}".rstrip(": "),
+              f"Owner: {inc['owner']} ({inc['owner_why']})" if inc["owner_why"]
+              else f"Owner: {inc['owner']}",
+              _impact_line(inc),
+              f"Recovery: {inc.get('recovery_words') or inc['recovery'] or 'n/a'}; "
+              f"status {inc['status']}"]
+    lines += [f"Proposed: {a['title']} ({a['command']})" for a in inc.get("actions", [])]
+    if msg["links"].get("ack"):
+        lines.append(f"Acknowledge: {msg['links']['ack']} (or {inc['ack_command']})")
+    elif inc["status"] == "open" and inc.get("ack_command"):
+        lines.append(f"Acknowledge: {inc['ack_command']}")
+    lines.append(f"Incident: {msg['links']['incident']}")
     if msg["links"]["timeline"]:
         lines.append(f"Job timeline: {msg['links']['timeline']}")
     if msg["digest"]:

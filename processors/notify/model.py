@@ -34,8 +34,8 @@ Transition = Literal["opened", "cause_changed", "severity_raised", "owner_change
                      "recovery_verified", "recovery_failed", "resolved", "reopened",
                      "postmortem_published", "postmortem_due", "followup_overdue"]
 DEFAULT_ON: tuple[Transition, ...] = ("opened", "cause_changed", "severity_raised",
-                                      "owner_changed", "recovery_failed", "resolved",
-                                      "reopened")
+                                      "owner_changed", "recovery_verified", "recovery_failed",
+                                      "resolved", "reopened")
 
 _MATCHER = re.compile(r"^\s*([a-z_]+)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
 

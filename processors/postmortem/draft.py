@@ -11,6 +11,7 @@ auto sections are what the last `postmortem_drafted` stored.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ import jinja2
 from processors.postmortem.state import LEARNINGS, SECTIONS, TITLES, Postmortem
 
 if TYPE_CHECKING:
+    from processors.incidents.aggregate import Told
     from processors.incidents.model import Evidence, Incident
 
 TEMPLATE_PATH = Path(__file__).with_name("postmortem.md.j2")
@@ -28,15 +30,33 @@ TEMPLATE_DIGEST = hashlib.sha256(TEMPLATE_PATH.read_bytes()).hexdigest()[:12]
 LIVE = ("followups", "learnings")
 TIMELINE_LINES = 40
 
-_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_{}[]<>()#+!|~"})
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*[]<>|~"})
+_LOOSE_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+_LINE_START = re.compile(r"^([#+\-=])")
+_LIST_START = re.compile(r"^(\d+)([.)])")
+_ENTITY = re.compile(r"&(?=#?\w+;)")
 
 
 def esc(text: object, limit: int = 300) -> str:
-    """Untrusted text as literal Markdown on one line."""
+    """Untrusted text as literal Markdown on one line, escaped only where CommonMark would
+    read markup: `port_down` and `(seen on node-001)` stay as they are; `*`, a backtick,
+    brackets, `<`, `|`, `~` and an `_` at a word's edge are escaped, and so is what would
+    start a block (`#`, `-`, `1.`) at the start."""
     flat = " ".join(str(text).split())
     if len(flat) > limit:
         flat = flat[:limit - 1] + "…"
-    return flat.translate(_MD_SPECIAL)
+    flat = _LOOSE_UNDERSCORE.sub(r"\\_", flat.translate(_MD_SPECIAL))
+    flat = _ENTITY.sub(r"\\&", flat)
+    return _LIST_START.sub(r"\1\\\2", _LINE_START.sub(r"\\\1", flat))
+
+
+def _natural(text: str) -> list[object]:
+    """`rank-2` before `rank-10`: digits compare as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def hhmm(value: datetime | None) -> str:
+    return value.strftime("%H:%M") if value else "—"
 
 
 def code(text: object) -> str:
@@ -74,16 +94,162 @@ def _failed(inc: Incident) -> list:  # type: ignore[type-arg]
     return sorted((j for j in inc.jobs.values() if j.role == "failed"), key=lambda j: j.key)
 
 
+_CAUSE_PHRASE = {
+    "network.port_down": "went down", "network.link_errors": "began to report link errors",
+    "network.port_up": "came back up", "node.xid": "reported a GPU fault (Xid)",
+    "node.ecc": "reported an uncorrectable ECC error", "node.not_ready": "went not ready",
+    "node.drained": "was drained", "storage.capacity": "filled up",
+    "storage.io_error": "returned I/O errors", "storage.latency": "slowed down",
+    "checkpoint.failed": "failed to save a checkpoint", "change.applied": "was changed",
+}
+_SYMPTOM_PHRASE = {
+    "comm.nccl_timeout": "lost its NCCL connections", "comm.nccl_error": "lost its NCCL "
+    "connections", "job.worker_exited": "lost a worker", "job.step": "slowed down",
+}
+
+
+def cause_phrase(inc: Incident) -> tuple[datetime | None, str]:
+    """When the cause began, and what it did, in words."""
+    cause = inc.evidence.get(inc.cause_event)
+    entity = esc(inc.cause_entity or inc.entity)
+    if cause is None or inc.cause_source == "job":
+        return first_signal(inc), (f"{esc(inc.klass).replace('_', ' ')} signals began on "
+                                   f"{entity}")
+    same = [e for e in inc.evidence.values() if e.type == cause.type and e.entity ==
+            cause.entity]
+    phrase = _CAUSE_PHRASE.get(cause.type) or f"reported {esc(cause.why or cause.type)}"
+    if cause.type == "network.port_down" and len(same) > 1:
+        phrase = "began to flap"
+    return min(e.time for e in same), f"{entity} {phrase}"
+
+
+def _job_story(inc: Incident) -> str:
+    failed = _failed(inc)
+    if not failed:
+        return ""
+    gpus = sum(j.gpus for j in failed)
+    first = failed[0]
+    symptoms = [e.type for e in sorted(inc.evidence.values(), key=lambda e: (e.time,
+                                                                               e.event_id))
+                if e.role == "symptom" and e.type in _SYMPTOM_PHRASE]
+    how = f"{_SYMPTOM_PHRASE[symptoms[0]]} and " if symptoms else ""
+    at = min((j.failed_at for j in failed if j.failed_at), default=None)
+    who = (f"job {esc(first.job_id)} ({gpus} GPUs)" if len(failed) == 1 else
+           f"{len(failed)} job attempts ({gpus} GPUs)")
+    story = f"{who} {how}failed at {hhmm(at)}"
+    if len(failed) == 1 and first.failure_step is not None:
+        story += f" (step {first.failure_step})"
+    restarted = [j for j in failed if j.restarted_attempt is not None]
+    if len(failed) == 1 and restarted:
+        step = first.restored_step if first.restored_step is not None else \
+            first.last_checkpoint_step
+        ckpt = (f"the {hhmm(first.last_checkpoint_at)} checkpoint (step {step})"
+                if step is not None else "its start")
+        story += f"; it was restarted from {ckpt}"
+        story += f" and was back at {hhmm(first.resumed_at)}" if first.resumed_at else \
+            " and has not made progress yet"
+    elif restarted:
+        back = [j.resumed_at for j in failed if j.resumed_at]
+        story += (f"; {len(restarted)} were restarted from their checkpoints"
+                  + (f", the last back at {hhmm(max(back))}" if len(back) == len(failed)
+                     else ", not all back yet"))
+    else:
+        story += "; it has not been restarted" if len(failed) == 1 else \
+            "; none has been restarted"
+    return story
+
+
 def summary(inc: Incident) -> str:
-    jobs = {(j.project, j.job_id) for j in inc.jobs.values() if j.role != "linked"}
-    gpus = sum(j.gpus for j in inc.jobs.values() if j.role == "failed")
-    cause = esc(inc.explanation.rstrip(". ")) if inc.explanation else \
-        "the cause is not established"
-    what = (f"{len(jobs)} job(s) were hit ({gpus} GPUs failed); "
-            f"{gpu_h(inc.lost_gpu_hours)} GPU-hours were lost") if jobs else "no job was hit"
-    recovery = f" Recovery: {inc.recovery.replace('_', ' ')}." if inc.recovery else ""
-    return (f"On {when(inc.first_signal_at)[:10]}, a {esc(inc.klass)} incident on "
-            f"{code(inc.entity)}: {cause}. {what[0].upper()}{what[1:]}.{recovery}")
+    """What happened in plain words, from a template (the machine's explanation is in
+    Trigger, once)."""
+    began, what = cause_phrase(inc)
+    parts = [f"On {when(began)[:10]} at {hhmm(began)} {what}"]
+    if story := _job_story(inc):
+        parts.append(story)
+    assessed = inc.lost_gpu_hours > 0 or inc.recovery == "verified"
+    if inc.jobs and assessed:
+        parts.append(f"{gpu_h(inc.lost_gpu_hours)} GPU-hours were lost")
+    elif inc.jobs:
+        parts.append("the loss is not assessed yet (the job has not made progress again)")
+    else:
+        parts.append("no job was hit")
+    text = "; ".join(parts) + "."
+    return text[0].upper() + text[1:]
+
+
+def participants(inc: Incident) -> str:
+    """Who took part, and in what role, from the log (roles, not blame)."""
+    roles: dict[str, list[str]] = {}
+
+    def add(person: str, role: str) -> None:
+        if person and role not in roles.setdefault(person, []):
+            roles[person].append(role)
+    add(inc.commander, "commander")
+    verbs = {"acknowledged": "acknowledged", "note_added": "notes", "mitigated": "mitigated",
+             "resolved": "resolved", "paged": "paged others", "owner_assigned": "assigned",
+             "severity_changed": "set severity", "action_added": "follow-ups",
+             "action_updated": "follow-ups", "closed": "closed", "reopened": "reopened",
+             "commander_assigned": "named the commander"}
+    for told in inc.story.values():
+        if told.by != "detector":
+            add(told.by, verbs.get(told.kind, told.kind))
+        if told.kind == "paged":
+            add(told.text.split(": ")[0], "paged")
+    pm = inc.pm
+    add(pm.owner, "postmortem owner")
+    for name in sorted(pm.authors):
+        add(name, "postmortem author")
+    for name in pm.reviewers:
+        add(name, "reviewer")
+    add(pm.approved_by, "approver")
+    if not roles:
+        return "Nobody has acted on it yet."
+    return "\n".join(f"- {esc(person)}: {', '.join(r)}" for person, r in
+                     sorted(roles.items()))
+
+
+def detection(inc: Incident) -> str:
+    """How it was found: the first signal, the rule, when people learned of it."""
+    start = first_signal(inc)
+    lines = [f"- First signal at {when(start)}; the incident was opened at "
+             f"{when(inc.opened_at)} by rule {code(inc.rule or 'manual')} "
+             f"({duration(_between(start, inc.opened_at))} after it)."]
+    if inc.cause_at:
+        lines.append(f"- Cause localised at {when(inc.cause_at)}: "
+                     f"{esc(inc.cause_class or inc.klass)} on "
+                     f"{code(inc.cause_entity or inc.entity)} (confidence "
+                     f"{inc.confidence:.2f}).")
+    pages = [t for t in _told(inc) if t.kind == "paged"]
+    lines += [f"- {when(t.at)} {esc(t.by)} paged {esc(t.text)}." for t in pages]
+    ack = next((t for t in _told(inc) if t.kind == "acknowledged"), None)
+    lines.append(f"- Acknowledged by {esc(ack.by)} at {when(ack.at)} "
+                 f"({duration(_between(start, ack.at))} after the first signal)." if ack
+                 else "- Not acknowledged.")
+    return "\n".join(lines)
+
+
+def resolution(inc: Incident) -> str:
+    """What people did to stop the impact and fix the cause, and how the jobs recovered."""
+    lines = [f"- {when(t.at)} {esc(t.by)} {_told_line(t)}"
+             for t in _told(inc) if t.kind in ("mitigated", "resolved", "reopened")
+             or (t.kind == "note_added" and inc.acknowledged_at is not None)]
+    done = sorted((a for a in inc.actions.values() if a.status == "done"),
+                  key=lambda a: a.action_id)
+    lines += [f"- Done: {esc(a.title)} ({esc(a.owner or 'unowned')})" for a in done]
+    for j in _failed(inc):
+        name = code(f"{j.project}/{j.job_id}")
+        if j.restarted_attempt is None:
+            lines.append(f"- {name} attempt {j.attempt} has not been restarted.")
+            continue
+        restored = f" from step {j.restored_step}" if j.restored_step is not None else ""
+        lines.append(f"- {name} restarted as attempt {j.restarted_attempt} at "
+                     f"{when(j.restarted_at)}{restored}; "
+                     + (f"progress resumed at {when(j.resumed_at)}" if j.resumed_at
+                        else "no progress yet")
+                     + (f", recovery verified at {when(j.verified_at)} (past step "
+                        f"{j.failure_step})." if j.verified_at else "."))
+    return "\n".join(lines) if lines else "Nothing recorded yet: people's mitigations and " \
+        "notes (`jobtrail incident mitigate --note`, `note`) appear here."
 
 
 def header(inc: Incident, owner: str) -> str:
@@ -172,7 +338,35 @@ def timings(inc: Incident) -> str:
     ]
     rows = [f"| {name} | {when(at)} | {duration(_between(start, at))} |"
             for name, at in milestones]
-    return "| Milestone | At | After the first signal |\n|---|---|---|\n" + "\n".join(rows)
+    recovered = milestones[5][1]
+    end = inc.resolved_at or inc.closed_at
+    headline = [("detect", inc.opened_at), ("acknowledge", inc.acknowledged_at),
+                ("mitigate", inc.mitigated_at), ("recover", recovered), ("resolve", end)]
+    figures = " · ".join(f"time to {name} **{duration(_between(start, at))}**"
+                         for name, at in headline)
+    figures += f" · duration **{duration(_between(start, end))}**" + (
+        "" if end else " (still open)")
+    return (figures[0].upper() + figures[1:] + "\n\n| Milestone | At | After the first "
+            "signal |\n|---|---|---|\n" + "\n".join(rows))
+
+
+_TOLD_VERB = {"acknowledged": "acknowledged", "commander_assigned": "named the commander",
+              "note_added": "noted", "mitigated": "mitigated", "paged": "paged",
+              "resolved": "resolved", "reopened": "reopened", "closed": "closed",
+              "severity_changed": "set the severity", "owner_assigned": "assigned it to",
+              "action_added": "added a follow-up", "action_updated": "updated a follow-up"}
+
+
+def _told_line(t: Told) -> str:
+    verb = _TOLD_VERB.get(t.kind, t.kind)
+    if not t.text:
+        return verb
+    return f"{verb} {esc(t.text)}" if t.kind == "paged" else f"{verb}: {esc(t.text)}"
+
+
+def _told(inc: Incident) -> list[Told]:
+    """People's part, in the order it happened."""
+    return sorted(inc.story.values(), key=lambda t: (t.at, t.recorded, t.event_id))
 
 
 def _grouped(evidence: list[Evidence]) -> list[tuple[datetime, str]]:
@@ -185,7 +379,7 @@ def _grouped(evidence: list[Evidence]) -> list[tuple[datetime, str]]:
         if not run:
             return
         e = run[0]
-        entities = sorted({x.entity for x in run if x.entity})
+        entities = sorted({x.entity for x in run if x.entity}, key=_natural)
         where = code(entities[0]) if len(entities) == 1 else (
             f"{len(entities)} entities ({', '.join(code(x) for x in entities[:3])}"
             f"{', …' if len(entities) > 3 else ''})" if entities else "")
@@ -210,17 +404,23 @@ def timeline(inc: Incident) -> str:
     marks: list[tuple[datetime | None, str]] = [
         (inc.opened_at, f"incident opened by rule {code(inc.rule or 'manual')}"),
         (inc.cause_at, f"cause identified: {esc(inc.cause_class or inc.klass)} on "
-                       f"{code(inc.cause_entity or inc.entity)}"),
-        (inc.acknowledged_at, "acknowledged"), (inc.mitigated_at, "mitigated"),
-        (inc.resolved_at, "resolved")]
+                       f"{code(inc.cause_entity or inc.entity)}")]
     for j in _failed(inc):
         name = code(f"{j.project}/{j.job_id}")
-        marks += [(j.failed_at, f"{name} attempt {j.attempt} failed"
+        ckpt = j.last_checkpoint_at if j.last_checkpoint_step is not None else None
+        marks += [(j.started_at, f"{name} attempt {j.attempt} started"),
+                  (ckpt, f"{name} last checkpoint before the failure (step "
+                         f"{j.last_checkpoint_step}): the loss counts from here"),
+                  (j.failed_at, f"{name} attempt {j.attempt} failed"
                    + (f" at step {j.failure_step}" if j.failure_step is not None else "")),
                   (j.restarted_at, f"{name} restarted as attempt {j.restarted_attempt}"),
                   (j.resumed_at, f"{name} progress resumed"),
                   (j.verified_at, f"{name} recovery verified (past step {j.failure_step})")]
     lines += [(at, f"*milestone* {text}") for at, text in marks if at is not None]
+    lines += [(t.at, f"**people** {esc(t.by)} {_told_line(t)}"
+               + (f" (recorded {when(t.recorded)})" if t.corrected or abs(
+                   (t.recorded - t.at).total_seconds()) >= 60 else ""))
+              for t in _told(inc)]
     lines.sort(key=lambda x: x[0])
     shown = lines[:TIMELINE_LINES]
     out = [f"- {when(at)} {text}" for at, text in shown]
@@ -285,8 +485,10 @@ def learnings(pm: Postmortem) -> str:
 
 def sections(inc: Incident, incidents: Mapping[str, Incident], owner: str) -> dict[str, str]:
     """The machine's sections for `inc` as it is now."""
-    return {"summary": summary(inc), "header": header(inc, owner), "impact": impact(inc),
-            "timings": timings(inc), "timeline": timeline(inc), "trigger": trigger(inc),
+    return {"summary": summary(inc), "header": header(inc, owner),
+            "participants": participants(inc), "impact": impact(inc),
+            "timings": timings(inc), "detection": detection(inc), "timeline": timeline(inc),
+            "trigger": trigger(inc), "resolution": resolution(inc),
             "prior": prior(inc, incidents), "followups": followups(inc),
             "learnings": learnings(inc.pm)}
 
@@ -323,7 +525,10 @@ def markdown(inc: Incident) -> str:
     return _ENV.get_template(TEMPLATE_PATH.name).render(
         incident_id=inc.id, title=esc(inc.title or inc.klass), pm=inc.pm,
         owner=esc(inc.pm.owner or "not named"),
-        sections=section_texts(inc), template=TEMPLATE_DIGEST)
+        sections=section_texts(inc), template=TEMPLATE_DIGEST,
+        published=when(inc.pm.published_at),
+        revisions=[{"revision": r, "by": esc(b), "at": when(t), "section": esc(s),
+                    "why": esc(w)} for r, b, t, s, w in inc.pm.revisions])
 
 
 def digest(inc: Incident) -> str:

@@ -15,14 +15,16 @@ from datetime import datetime
 
 from schemas import incident_events as ev
 
-AUTO_SECTIONS = ("summary", "header", "impact", "timings", "timeline", "trigger", "prior",
-                 "followups", "learnings")
+AUTO_SECTIONS = ("summary", "header", "participants", "impact", "timings", "detection",
+                 "timeline", "trigger", "resolution", "prior", "followups", "learnings")
 HUMAN_SECTIONS = ("contributing", "mitigators", "went_well", "went_badly", "lucky")
-SECTIONS = ("summary", "header", "impact", "timings", "timeline", "trigger", "contributing",
-            "mitigators", "prior", "went_well", "went_badly", "lucky", "followups",
-            "learnings")
+SECTIONS = ("summary", "header", "participants", "impact", "timings", "detection", "timeline",
+            "trigger", "resolution", "contributing", "mitigators", "prior", "went_well",
+            "went_badly", "lucky", "followups", "learnings")
 TITLES = {
-    "summary": "Summary", "header": "Incident", "impact": "Impact", "timings": "Response times",
+    "summary": "Summary", "header": "Incident", "participants": "Participants",
+    "impact": "Impact", "timings": "Response times", "detection": "Detection",
+    "resolution": "Resolution",
     "timeline": "Timeline", "trigger": "Trigger", "contributing": "Contributing factors",
     "mitigators": "Mitigators", "prior": "Prior incidents on the same entity",
     "went_well": "What went well", "went_badly": "What went badly",
@@ -36,6 +38,8 @@ PROMPTS = {
     "went_badly": "What slowed detection, response or recovery.",
     "lucky": "What could have gone worse and did not.",
 }
+REQUIRED = ("contributing",)
+"""The human sections a reviewer cannot approve while they still hold their prompt."""
 LEARNINGS = ("sample", "monitor", "runbook")
 STATUSES = ("draft", "in_review", "approved", "published", "waived")
 
@@ -84,6 +88,8 @@ class Postmortem:
     waived: str = ""
     reviews: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, by, comment)
     learnings: dict[str, Learning] = field(default_factory=dict)
+    revisions: list[tuple[int, str, datetime, str, str]] = field(default_factory=list)
+    """Amendments after publication: (revision, by, at, section, why)."""
 
     @property
     def stale(self) -> list[str]:
@@ -134,6 +140,12 @@ def fold(pm: Postmortem, payload: ev.Payload, by: str, time: datetime) -> None:
         for name, text in (getattr(payload, "human", None) or {}).items():  # v1
             pm.sections[name] = Section(name, text, "human", edited_by=by)
         pm.status, pm.published_at, pm.digest = "published", time, payload.digest
+    elif isinstance(payload, ev.PostmortemAmended):
+        old = pm.sections.get(payload.section) or Section(payload.section, "")
+        auto = old.text if old.provenance == "auto" else old.auto_text
+        pm.sections[payload.section] = Section(payload.section, payload.text, "human",
+                                               old.drafted_from, auto, by)
+        pm.revisions.append((len(pm.revisions) + 2, by, time, payload.section, payload.why))
     elif isinstance(payload, ev.PostmortemWaived):
         pm.status, pm.waived = "waived", payload.reason
     elif isinstance(payload, ev.LearningRecorded):
@@ -150,11 +162,12 @@ _ALLOWED = {
     "postmortem_approved": ("in_review",),
     "postmortem_published": ("approved",),
     "postmortem_waived": ("", "draft", "in_review"),
+    "postmortem_amended": ("published",),
 }
 _VERB = {"postmortem_drafted": "draft", "postmortem_section_edited": "edit",
          "postmortem_review_requested": "review", "postmortem_changes_requested":
          "request-changes", "postmortem_approved": "approve", "postmortem_published": "publish",
-         "postmortem_waived": "waive"}
+         "postmortem_waived": "waive", "postmortem_amended": "amend"}
 
 
 def check(pm: Postmortem, payload: ev.Payload, by: str, severity: str) -> None:
@@ -169,9 +182,22 @@ def check(pm: Postmortem, payload: ev.Payload, by: str, severity: str) -> None:
         raise PostmortemRefused(f"section must be one of {', '.join(SECTIONS)}")
     if isinstance(payload, ev.PostmortemSectionEdited) and not payload.text.strip():
         raise PostmortemRefused(f"text: the {payload.section} section's Markdown is empty")
+    if isinstance(payload, ev.PostmortemAmended):
+        if payload.section not in SECTIONS:
+            raise PostmortemRefused(f"section must be one of {', '.join(SECTIONS)}")
+        if not payload.text.strip():
+            raise PostmortemRefused(f"text: the {payload.section} section's Markdown is empty")
+        if not payload.why.strip():
+            raise PostmortemRefused("why: an amendment to a published postmortem says why")
     if isinstance(payload, ev.PostmortemApproved) and by in pm.authors:
         raise PostmortemRefused(f"{by} wrote part of this postmortem: the approver must not be "
                                 f"an author ({', '.join(sorted(pm.authors))})")
+    if isinstance(payload, ev.PostmortemApproved):
+        unwritten = [TITLES[n] for n in REQUIRED
+                     if (s := pm.sections.get(n)) is None or s.provenance == "prompt"]
+        if unwritten:
+            raise PostmortemRefused(f"still to write before approval: {', '.join(unwritten)} "
+                                    "(jobtrail postmortem edit)")
     if isinstance(payload, ev.LearningRecorded):
         if payload.learning not in LEARNINGS:
             raise PostmortemRefused(f"learning must be one of {', '.join(LEARNINGS)}")
