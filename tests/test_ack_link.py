@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from jobtrail.alerts.links import ack_link
 from jobtrail.alerts.secrets import Secrets
-from jobtrail.alerts.worker import ack_link
 from jobtrail.learn import sample
 from tests.alerts_kit import receiver
 from tests.trust_kit import ROOT, cli, http, serve

@@ -186,8 +186,8 @@ def test_http_subscriptions_are_bound_to_the_tokens_projects(tmp_path: Path) -> 
             # one-click unsubscribe from an email link: the token in it, not a bearer
             link = f"{api}/{sub['id']}/unsubscribe"
             assert http("POST", f"{link}?token=forged").status == 403
+            from jobtrail.alerts.links import unsubscribe_token
             from jobtrail.alerts.secrets import Secrets
-            from jobtrail.alerts.worker import unsubscribe_token
 
             token = unsubscribe_token(Secrets(home), sub["id"])
             assert http("POST", f"{link}?token={token}").status == 200

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
+from jobtrail.cli.commands import _BY, _ID, _command
 from jobtrail.cli.common import _settings, _store
-from jobtrail.cli.incidents import _BY, _ID, _command
 
 
 def _state(ctx: click.Context, incident_id: str) -> Any:

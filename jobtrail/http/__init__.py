@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from jobtrail.config import Settings
-from jobtrail.http import alerts, health, incidents, ingest, login, postmortem, reads
+from jobtrail.http import alerts, health, incidents, ingest, links, login, postmortem, reads
 from jobtrail.http.backend import RuntimeBackend
 from jobtrail.http.common import ADAPTERS, BACKEND, SETTINGS, fail
 from jobtrail.http.guard import SESSIONS, guard
@@ -89,6 +89,7 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
         ("GET", r"/ui/{name:postmortem\.(?:js|css)}", postmortem.static),
         *login.ROUTES,
         *alerts.ROUTES,
+        *links.ROUTES,
         ("GET", "/livez", health.livez),
         ("GET", "/readyz", health.readyz),
         ("GET", "/healthz", health.readyz),

@@ -218,7 +218,7 @@ def runbook_entry(inc: Incident) -> str:
     """The runbook section from what was actually done: people's mitigations and notes in the
     order they happened, the follow-ups accepted or done with the commands they name, and the
     checks that verified recovery (the progress that passed each failure point)."""
-    from processors.postmortem.draft import code, esc, when
+    from processors.postmortem.text import code, esc, when
 
     mitigators = inc.pm.sections.get("mitigators")
     steps = mitigators.text.strip() if mitigators and mitigators.provenance == "human" else ""

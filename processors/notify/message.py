@@ -158,11 +158,11 @@ def _range(inc: Incident, job: Any, until: datetime) -> str:
 def _what(inc: Incident, mine: set[str]) -> str:
     """What broke, in words (the postmortem's plain summary); only the cause when the
     incident also hit jobs the subscriber may not see."""
-    from processors.postmortem import draft
+    from processors.postmortem import story
 
     if mine and any(j.project not in mine for j in inc.jobs.values()):
-        return draft.cause_phrase(inc)[1].replace("\\", "") + "."
-    return draft.summary(inc).replace("\\", "")
+        return story.cause_phrase(inc)[1].replace("\\", "") + "."
+    return story.summary(inc).replace("\\", "")
 
 
 def _impact_line(inc: dict[str, Any]) -> str:
