@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from ingest.base import Context, Reject, raw_evidence
+from ingest.kubernetes_objects import _age, _event, job_of_pod
 from ingest.redact import clip
 
 _KUBEFLOW_STATES = {"Created": "job.submitted", "Running": "job.started",
@@ -118,7 +119,6 @@ def _kind(command: str, names: list[str]) -> str:
 
 def records(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     """Events of every table and container block in `text`."""
-    from ingest.kubernetes import _event
 
     out: list[dict[str, Any] | Reject] = []
     lines = text.splitlines()
@@ -204,7 +204,6 @@ def _legacy_event(line: str) -> dict[str, str] | None:
 
 
 def _as_event(found: dict[str, str], ctx: Context) -> dict[str, Any]:
-    from ingest.kubernetes import _age
 
     kind, _, name = found["object"].partition("/")
     kinds = {"pod": "Pod", "node": "Node", "job": "Job", "workload": "Workload",
@@ -222,7 +221,6 @@ def _as_event(found: dict[str, str], ctx: Context) -> dict[str, Any]:
 
 def _row(kind: str, cells: dict[str, str], line: str, ctx: Context,
          ref: str) -> list[dict[str, Any] | Reject]:
-    from ingest.kubernetes import _age
 
     name = cells["NAME"]
     project = ctx.project or cells.get("NAMESPACE", "")
@@ -276,7 +274,6 @@ def _batch_row(kind: str, cells: dict[str, str], name: str, project: str, line: 
     """A vcjob row (NAME STATUS MINAVAILABLE RUNNINGS AGE) or a rayjob row (NAME JOB STATUS
     DEPLOYMENT STATUS START TIME END TIME AGE): submitted AGE ago, and what its status says
     at the time the row gives (START/END TIME) or when read."""
-    from ingest.kubernetes import _age
     from ingest.kubernetes_status import RAY, VOLCANO
 
     out: list[dict[str, Any] | Reject] = []
@@ -308,7 +305,6 @@ def _batch_row(kind: str, cells: dict[str, str], name: str, project: str, line: 
 
 def _row_record(kind: str, type_: str, name: str, project: str, attributes: dict[str, Any],
                 when: str, source: str, line: str, ctx: Context) -> list[dict[str, Any] | Reject]:
-    from ingest.kubernetes import job_of_pod
 
     job = ctx.job_id or (job_of_pod(name) if kind == "Pod" else name)
     record: dict[str, Any] = {
@@ -331,7 +327,6 @@ def _row_record(kind: str, type_: str, name: str, project: str, attributes: dict
 
 def container_states(lines: list[str], ctx: Context) -> list[dict[str, Any] | Reject]:
     """`State:` / `Last State:` Terminated blocks of `kubectl describe pod`."""
-    from ingest.kubernetes import job_of_pod
 
     name = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Name:")), "")
     out: list[dict[str, Any] | Reject] = []

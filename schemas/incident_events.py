@@ -12,60 +12,69 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from schemas.incident_payload import Actor, JobRef, Payload
+from schemas.postmortem_events import (
+    ActionAdded,
+    ActionProposed,
+    ActionUpdated,
+    LearningRecorded,
+    PostmortemAmended,
+    PostmortemApproved,
+    PostmortemChangesRequested,
+    PostmortemDrafted,
+    PostmortemPublished,
+    PostmortemReviewRequested,
+    PostmortemSectionEdited,
+    PostmortemWaived,
+    _drafted_v1,
+    _published_v1,
+)
 
-class Actor(BaseModel):
-    """Who did it: a person or a service (from the credential that authenticated the
-    request: the name is the principal's, never one the caller wrote), a team, or a processor
-    and its rule. `credential` labels that credential (`token:ops-bot`, `oidc:<issuer>`,
-    `proxy`, `cli:os-user`, `cli:JOBTRAIL_IDENTITY`); it defaults to '' so the log written
-    before credentials were recorded still folds: there, a person's name was claimed, not
-    known (the API shows it as `unverified`). Processors act under no credential."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["person", "service", "team", "processor"]
-    name: str = Field(min_length=1, max_length=200)
-    rule: str = ""
-    credential: str = Field(default="", max_length=200)
-
-    def label(self) -> str:
-        via = f" via {self.credential}" if self.credential else ""
-        return f"{self.kind}:{self.name}" + (f" (rule {self.rule})" if self.rule else "") + via
-
-
-class Payload(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
-
-    KIND: ClassVar[str] = ""
-    VERSION: ClassVar[int] = 1
-    schema_version: int = 1
-    at: datetime | None = None
-    """When it happened, as a person said (`--at`): the envelope's `time` is when it was
-    recorded. Unset for the processors' decisions, whose time is the event's own."""
-
-    def data(self) -> dict[str, Any]:
-        """The JSON object stored in `incident_log.data` (set fields only: compact; the
-        schema version whenever it is past 1, so a reader knows not to upcast it)."""
-        out = self.model_dump(mode="json", by_alias=True, exclude_unset=True)
-        if self.VERSION > 1:
-            out["schema_version"] = self.VERSION
-        return out
-
-
-class JobRef(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="allow")
-
-    project: str
-    job_id: str
-    attempt: int
-
-    @property
-    def key(self) -> str:
-        return f"{self.project}/{self.job_id}/{self.attempt}"
+__all__ = [
+    "PAYLOADS",
+    "UPCASTERS",
+    "Acknowledged",
+    "ActionAdded",
+    "ActionProposed",
+    "ActionUpdated",
+    "Actor",
+    "CauseUpdated",
+    "Closed",
+    "CommanderAssigned",
+    "DiagnosisRevised",
+    "EvidenceAttached",
+    "FailureStepUpdated",
+    "ImpactAssessed",
+    "IncidentOpened",
+    "JobImpacted",
+    "JobRef",
+    "LearningRecorded",
+    "Mitigated",
+    "NoteAdded",
+    "OwnerAssigned",
+    "Paged",
+    "Payload",
+    "PostmortemAmended",
+    "PostmortemApproved",
+    "PostmortemChangesRequested",
+    "PostmortemDrafted",
+    "PostmortemPublished",
+    "PostmortemReviewRequested",
+    "PostmortemSectionEdited",
+    "PostmortemWaived",
+    "RecoveryObserved",
+    "RecoveryVerified",
+    "Reopened",
+    "Resolved",
+    "SeverityChanged",
+    "SignalAdded",
+    "TimeCorrected",
+    "parse",
+]
 
 
 class IncidentOpened(Payload):
@@ -308,128 +317,6 @@ class Reopened(Payload):
     KIND = "reopened"
     why: str = ""
     event_id: str = ""
-
-
-class PostmortemDrafted(Payload):
-    """The machine's sections of a postmortem, computed from the incident at log position
-    `position` with the template `template` (a digest). Folding it refreshes the auto
-    sections; a section people edited keeps their text and is marked stale when the facts
-    under it changed (docs/postmortems.md)."""
-
-    KIND = "postmortem_drafted"
-    VERSION = 2
-    schema_version: int = 2
-    sections: dict[str, str] = Field(default_factory=dict)
-    position: int = 0
-    template: str = ""
-    owner: str = ""
-    due: str = ""
-
-
-def _drafted_v1(data: dict[str, Any]) -> dict[str, Any]:
-    """v1 carried one free text: it becomes the summary, written by a person."""
-    text = data.get("text") or ""
-    return {"sections": {}, "human": {"summary": text} if text else {}}
-
-
-class PostmortemSectionEdited(Payload):
-    KIND = "postmortem_section_edited"
-    section: str
-    text: str = ""
-
-
-class PostmortemReviewRequested(Payload):
-    KIND = "postmortem_review_requested"
-    reviewers: list[str] = Field(default_factory=list)
-
-
-class PostmortemChangesRequested(Payload):
-    KIND = "postmortem_changes_requested"
-    comment: str = ""
-
-
-class PostmortemApproved(Payload):
-    KIND = "postmortem_approved"
-    comment: str = ""
-
-
-class PostmortemPublished(Payload):
-    """Published: `digest` is the sha256 of the Markdown as published (v1: a free text)."""
-
-    KIND = "postmortem_published"
-    VERSION = 2
-    schema_version: int = 2
-    digest: str = ""
-
-
-def _published_v1(data: dict[str, Any]) -> dict[str, Any]:
-    text = data.get("text") or ""
-    return {"human": {"summary": text} if text else {}}
-
-
-class PostmortemAmended(Payload):
-    """A published postmortem changed: one section's new text, and why (a revision)."""
-
-    KIND = "postmortem_amended"
-    section: str
-    text: str = ""
-    why: str = ""
-
-
-class PostmortemWaived(Payload):
-    KIND = "postmortem_waived"
-    reason: str = Field(min_length=1)
-
-
-class LearningRecorded(Payload):
-    """What the cluster learned: a failure sample (a replayable scenario file), a monitor (a
-    rules change checked by replaying the sample) or a runbook entry, with the check that
-    was run; or the reason none will be made."""
-
-    KIND = "learning_recorded"
-    learning: str  # sample, monitor, runbook
-    path: str = ""
-    digest: str = ""
-    check: str = ""
-    reason: str = ""
-
-
-class ActionAdded(Payload):
-    KIND = "action_added"
-    action_id: str
-    title: str = ""
-    owner: str = ""
-    due: str = ""
-    kind: str = ""  # prevent, mitigate, detect, process
-    priority: str = ""
-    tracker: str = ""
-    projects: list[str] = Field(default_factory=list)
-
-
-class ActionProposed(Payload):
-    """A follow-up the processors propose from known remediation (the Xid catalogue, link
-    flaps, a filling filesystem, a crash-looping node); people accept, edit or dismiss it."""
-
-    KIND = "action_proposed"
-    action_id: str
-    title: str
-    owner: str = ""
-    why: str = ""
-    rule: str = ""
-    kind: str = "mitigate"
-
-
-class ActionUpdated(Payload):
-    KIND = "action_updated"
-    action_id: str
-    title: str | None = None
-    owner: str | None = None
-    status: str | None = None  # open (accepted), done, not_doing, dismissed
-    due: str | None = None
-    reason: str | None = None
-    priority: str | None = None
-    tracker: str | None = None
-    kind: str | None = None
 
 
 class Closed(Payload):

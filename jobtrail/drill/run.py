@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ingest.adapters import Context, registry, run
-from jobtrail.collect.slurm import DRILL_JOB_NAME, Sink, SlurmCollector
+from jobtrail.collect.slurm import DRILL_JOB_NAME, SlurmCollector
+from jobtrail.collect.slurm_cursor import Sink
 from jobtrail.drill.report import Check, DrillReport
 from jobtrail.drill.workload import prepare
 from jobtrail.store import Store

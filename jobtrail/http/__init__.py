@@ -4,7 +4,7 @@ Routes by concern: `ingest.py` (events and source payloads in), `reads.py` (time
 membership, entities), `incidents.py` (list, show, commands), `postmortem.py`
 (postmortems, follow-ups, the review page), `alerts.py` (subscriptions, deliveries, the
 alerts loop), `health.py` (probes, metrics,
-the document). Every route knows its caller (`common.principal`) and is bound to its
+the document). Every route knows its caller (`guard.principal`) and is bound to its
 projects; the runtime behind it (`backend.py`) is the same one the CLI uses.
 """
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from jobtrail.http.common import BACKEND, SETTINGS, fail, principal, reply
+from jobtrail.http.common import BACKEND, SETTINGS, fail, reply
+from jobtrail.http.guard import principal
 from schemas.documents import load_json
 
 log = logging.getLogger("jobtrail.alerts")

@@ -1,4 +1,4 @@
-"""Pieces every route shares: app keys, the caller's principal, JSON errors and bodies."""
+"""Pieces every route shares: app keys, JSON errors and bodies."""
 
 from __future__ import annotations
 
@@ -24,15 +24,6 @@ SESSION: web.RequestKey[dict[str, Any]] = web.RequestKey("session", dict)
 
 def fail(status: type[web.HTTPException], message: str) -> NoReturn:
     raise status(text=json.dumps({"error": message}), content_type="application/json")
-
-
-def principal(request: web.Request) -> Principal:
-    """The caller (`jobtrail.http.guard.authenticate`): an operator when no credential is
-    configured; 401 for a missing, unknown or untrusted one."""
-    from jobtrail.http.guard import authenticate
-
-    found = request.get(PRINCIPAL)
-    return found if found is not None else authenticate(request)
 
 
 def known(tokens: dict[str, Any], presented: str) -> Principal | None:

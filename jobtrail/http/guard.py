@@ -46,6 +46,13 @@ def authenticate(request: web.Request) -> Principal:
     return found
 
 
+def principal(request: web.Request) -> Principal:
+    """The caller (`authenticate`): an operator when no credential is
+    configured; 401 for a missing, unknown or untrusted one."""
+    found = request.get(PRINCIPAL)
+    return found if found is not None else authenticate(request)
+
+
 def _credential(request: web.Request, settings: Any) -> tuple[Principal, str]:
     header = request.headers.get("Authorization", "")
     if header and settings.authenticated:

@@ -16,8 +16,8 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from jobtrail.http.common import BACKEND, fail, principal, query_enum, query_time, reply
-from jobtrail.http.guard import require
+from jobtrail.http.common import BACKEND, fail, query_enum, query_time, reply
+from jobtrail.http.guard import principal, require
 from jobtrail.identity import Principal
 from jobtrail.identity.roles import command_role
 from schemas.documents import load_json

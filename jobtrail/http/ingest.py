@@ -18,8 +18,9 @@ from aiohttp import web
 from ingest.canonical import decode
 from ingest.redact import clip
 from jobtrail import telemetry
-from jobtrail.auth import Principal
-from jobtrail.http.common import ADAPTERS, BACKEND, SETTINGS, fail, principal, reply
+from jobtrail.http.common import ADAPTERS, BACKEND, SETTINGS, fail, reply
+from jobtrail.http.guard import principal
+from jobtrail.identity import Principal
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 

@@ -26,8 +26,8 @@ from typing import Any
 
 from aiohttp import web
 
-from jobtrail.http.common import SESSION, SETTINGS, fail, known, principal, reply
-from jobtrail.http.guard import SESSIONS, check_csrf, csrf_token, same_origin
+from jobtrail.http.common import SESSION, SETTINGS, fail, known, reply
+from jobtrail.http.guard import SESSIONS, check_csrf, csrf_token, principal, same_origin
 from jobtrail.identity.oidc import OidcClient, OidcError
 from jobtrail.identity.session import LOGIN_COOKIE, SESSION_COOKIE, token_digest
 

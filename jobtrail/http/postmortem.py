@@ -27,11 +27,10 @@ from jobtrail.http.common import (
     SESSION,
     SETTINGS,
     fail,
-    principal,
     query_enum,
     reply,
 )
-from jobtrail.http.guard import csrf_token, require
+from jobtrail.http.guard import csrf_token, principal, require
 from jobtrail.http.incidents import _authorise, claimed_by, scope
 from jobtrail.identity.roles import POSTMORTEM_VERBS, command_role
 from processors.postmortem.state import SECTIONS

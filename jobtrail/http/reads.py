@@ -9,7 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
-from jobtrail.http.common import BACKEND, fail, principal, query_int, query_time, reply
+from jobtrail.http.common import BACKEND, fail, query_int, query_time, reply
+from jobtrail.http.guard import principal
 
 
 def _one_project(request: web.Request) -> str:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ingest.canonical import Decoded
-from jobtrail.collect.slurm import Cursor, LogFollower, SlurmCollector, wait_status
+from jobtrail.collect.slurm import SlurmCollector, wait_status
+from jobtrail.collect.slurm_cursor import Cursor, LogFollower
 from schemas.events import Event
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm"

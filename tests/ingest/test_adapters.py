@@ -142,7 +142,7 @@ def test_squeue_pending_reasons() -> None:
 
 
 def test_kubernetes_events_both_apis() -> None:
-    from ingest.kubernetes import job_of_pod
+    from ingest.kubernetes_objects import job_of_pod
 
     assert job_of_pod("pretrain-7b-worker-3") == "pretrain-7b"
     assert job_of_pod("pretrain-7b-master-0") == "pretrain-7b"
