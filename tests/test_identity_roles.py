@@ -78,7 +78,8 @@ def test_every_state_changing_route_has_a_role_policy(tmp_path: Path) -> None:
         p for _, p in ROUTE_ROLES}
     assert set(COMMAND_ROLES) == set(VERBS.values()) | {
         "ack", "assign", "commander", "note", "mitigate", "resolve", "reopen", "close",
-        "severity", "add_action", "update_action", "accept_action", "dismiss_action"}
+        "severity", "add_action", "update_action", "accept_action", "dismiss_action",
+        "page", "correct_time"}
 
 
 def test_routes_by_role(store: Store, tmp_path: Path) -> None:
@@ -208,6 +209,9 @@ def test_the_approver_is_another_principal_with_the_commander_role(store: Store,
             return answer.status, await answer.json()
 
         assert (await post("draft", "tok-ana"))[0] == 200
+        # approval needs the required human section written (not its prompt)
+        assert (await post("edit", "tok-ana", section="contributing",
+                           text="The cable was old."))[0] == 200
         assert (await post("review", "tok-ana", reviewers=["cy"]))[0] == 200
         status, body = await post("approve", "tok-ana", by="bob")  # as the finding did
         assert status == 422 and "taken from your credential" in body["error"]
