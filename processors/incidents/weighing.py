@@ -79,12 +79,22 @@ def candidates(ctx: Context, key: AttemptKey, time: datetime, since: datetime | 
             first[signal.key] = signal
     if not first:
         return []
+    weight = {group: signal.rule.weight for group, signal in first.items()}
+    for group, signal in list(first.items()):
+        # the two ends of one link (the NIC's port down, its switch port's error counters)
+        # are one fault: named by the switch port, as strong as its strongest end
+        far = _switch_end(ctx, signal)
+        for other in window:
+            if other.key == group and far and other.event.entity in far \
+                    and key in other.reached:
+                first[group] = other
+                break
     struck = set(ctx.book.by_attempt) | {k for k, _ in ctx.book.symptom_counts}
     out = []
     for group, signal in first.items():
         relation, path = signal.reached[key]
-        reasons = [f"specificity {signal.rule.weight}"]
-        score = signal.rule.weight
+        reasons = [f"specificity {weight[group]}"]
+        score = weight[group]
         if rule is not None and rule.klass == signal.rule.klass:
             score += 2
             reasons.append("the job's own message says the same")
@@ -96,6 +106,22 @@ def candidates(ctx: Context, key: AttemptKey, time: datetime, since: datetime | 
                            f"{'s' if len(others) > 1 else ''}")
         out.append(Candidate(signal, relation, path, score, tuple(reasons)))
     return sorted(out, key=Candidate.order)
+
+
+def _switch_end(ctx: Context, signal: Signal) -> set[str]:
+    """The switch-port names of a NIC event's cabled end (from its `switch`/`port`
+    attributes, else the topology at its time); empty for any other event."""
+    event = signal.event
+    if event.scope != "nic" or not event.node:
+        return set()
+    ends: list[tuple[str, str]] = []
+    switch, port = event.attributes.get("switch"), event.attributes.get("port")
+    if isinstance(switch, str) and isinstance(port, (str, int)):
+        ends.append((switch, str(port)))
+    nic = (event.entity or "").removeprefix(f"{event.node}/")
+    ends += [(link.switch, link.port) for link in ctx.topology().links_of(event.node, event.time)
+             if link.nic == nic]
+    return {name for s, p in ends for name in (f"{s}/{p}", f"{s}/p{p.removeprefix('p')}")}
 
 
 def own_wins(best: Candidate, rule: SymptomRule) -> bool:
