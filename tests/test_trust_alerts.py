@@ -453,7 +453,7 @@ def test_followups_list_only_what_the_incident_view_shows(tmp_path: Path) -> Non
             time.sleep(0.2)
         (full,) = http("GET", f"{server.url}/v1/incidents", token="tok-ops").body["incidents"]
         url = f"{server.url}/v1/incidents/{full['incident_id']}"
-        action = {"command": "add_action", "by": "vera", "command_id": "a1",
+        action = {"command": "add_action", "command_id": "a1",
                   "data": {"title": "vision: re-run eval", "owner": "vera"}}
         assert http("POST", f"{url}/commands", action, token="tok-vision").status == 200
         seen = {token: http("GET", f"{server.url}/v1/followups", token=token).body["followups"]

@@ -81,9 +81,9 @@ def query_enum(request: web.Request, key: str, allowed: tuple[str, ...]) -> str:
 
 def query_int(request: web.Request, key: str) -> int | None:
     raw = request.query.get(key) if key in request.query else request.match_info.get(key)
-    if raw is None or raw == "":
+    if raw is None:
         return None
-    if not raw.isdigit() or len(raw) > 9:
+    if not raw.isdigit() or len(raw) > 9:  # present but empty is a bad value, not absent
         fail(web.HTTPBadRequest, f"{key} must be a non-negative integer")
     return int(raw)
 
