@@ -63,7 +63,10 @@ def _build(body: dict[str, Any], who: Any, secrets: Any, settings: Any) -> tuple
     name, owner = str(body.get("name") or ""), str(body.get("owner") or "")
     if not name or not owner:
         raise ValueError("name and owner: required")
-    wanted = [str(p) for p in body.get("projects") or []]
+    projects = body.get("projects") or []
+    if not isinstance(projects, list) or not all(isinstance(p, str) for p in projects):
+        raise ValueError("projects: a list of project names")
+    wanted = list(projects)
     if not who.operator:
         outside = sorted(set(wanted) - who.projects)
         if outside:
@@ -148,6 +151,8 @@ async def create_subscription(request: web.Request) -> web.Response:
         fail(web.HTTPUnprocessableEntity, f"{where}: {first['msg']}")
     except ValueError as exc:
         fail(web.HTTPUnprocessableEntity, str(exc))
+    except (TypeError, AttributeError) as exc:  # a value of the wrong JSON type somewhere
+        fail(web.HTTPUnprocessableEntity, f"the body does not fit a subscription: {exc}")
     saved = await request.app[BACKEND].call(alerts.put_subscription, sub, who.name)
     out = _public(saved)
     if made:
