@@ -116,6 +116,9 @@ class Book:
     opened_observed: dict[str, datetime] = field(default_factory=dict)
     planned: dict[str, tuple[datetime, str, str]] = field(default_factory=dict)
     """node -> (planned window ends, the change or ticket cited, its event id)"""
+    ready: dict[str, deque[datetime]] = field(default_factory=dict)
+    """node -> its recent `node.ready` times (a fault declared over before an attempt started
+    on the node cannot explain that attempt's failure)"""
     folded: dict[str, int] = field(default_factory=dict)
     """incident -> signals counted past `max_signal_evidence` and not yet logged"""
     out: list[IncidentEvent] = field(default_factory=list)
@@ -125,6 +128,11 @@ class Book:
     def attempt(self, key: AttemptKey) -> Attempt | None:
         job = self.jobs.get((key[0], key[1]))
         return job.attempts.get(key[2]) if job else None
+
+    def cleared(self, node: str, after: datetime, before: datetime) -> bool:
+        """The node was declared ready in (after, before]: a fault it reported at `after`
+        was over by `before`."""
+        return any(after < t <= before for t in self.ready.get(node, ()))
 
     def active(self, key: AttemptKey) -> str | None:
         """The active incident that holds this attempt, if any."""

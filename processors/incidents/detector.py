@@ -22,6 +22,7 @@ the long form.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -35,6 +36,9 @@ from processors.incidents.rules import Rules
 from processors.timeline import TimelineRow
 from processors.topology import Topology
 from schemas.events import Event
+
+READY_KEPT = 8
+"""`node.ready` times remembered per node (a fault is weighed against the latest few)."""
 
 
 class Detector:
@@ -110,6 +114,8 @@ class Detector:
                 book.jobs[(event.project, event.job_id)] = job
         if event.job_id:
             recovery.track(ctx, event)
+        if event.type == "node.ready" and (node := event.node or node_of(event.entity or "")):
+            book.ready.setdefault(node, deque(maxlen=READY_KEPT)).append(event.time)
         signal = planned.observe(ctx, event, self.rules.signal_rule(
             event.type, event.attributes, event.message))
         if signal is not None:

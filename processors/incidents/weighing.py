@@ -2,7 +2,8 @@
 weighed.
 
 Every signal that reached the attempt's fault domain in the cause window is a candidate
-(one per faulty entity: its signals count once). Its score is
+(one per faulty entity: its signals count once), unless its node was declared ready again
+between the signal and the attempt's start (a fault over before the attempt began). Its score is
 
     specificity   the signal rule's `weight`: 3 names the fault (an Xid with a recovery
                   action, a port down, an I/O error), 1 a counter tick or a blip that is
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from processors.incidents.book import AttemptKey, Signal
+from processors.incidents.book import AttemptKey, Signal, node_of
 from processors.incidents.rules import SymptomRule
 
 if TYPE_CHECKING:
@@ -69,10 +70,15 @@ def candidates(ctx: Context, key: AttemptKey, time: datetime, since: datetime | 
     lo = since or time - timedelta(seconds=ctx.rules.cause_window_s)
     hi = time + timedelta(seconds=ctx.rules.cause_slack_s)
     window = [s for s in ctx.book.signals if lo <= s.event.time <= hi]
+    attempt = ctx.book.attempt(key)
+    started = attempt.started_at if attempt is not None else None
     first: dict[str, Signal] = {}
     for signal in window:
         if key not in signal.reached or (node and (signal.event.node or "") != node):
             continue
+        on = signal.event.node or node_of(signal.event.entity or "")
+        if started is not None and on and ctx.book.cleared(on, signal.event.time, started):
+            continue  # the node was back (ready) before the attempt started on it
         held = first.get(signal.key)
         if held is None or signal.rule.weight > held.rule.weight or (
                 signal.rule.weight == held.rule.weight and signal.event.time < held.event.time):
