@@ -44,13 +44,14 @@ def _fault(story: Story, klass: str, n: int) -> str:
     return entity
 
 
-def same_instant(klass: str, racks: list[int], gap: int) -> tuple[Story, Answer]:
-    """One two-node job a rack (so a leaf of its own), all failing at 20m + `gap` s, each
-    under a fault on its first node at 20m; and the answer an SRE would write down."""
+def same_instant(klass: str, firsts: list[int], gap: int) -> tuple[Story, Answer]:
+    """A two-node job from each node number in `firsts` (its restart 8 nodes on), all
+    failing at 20m + `gap` s, each under a fault on its first node at 20m; and the answer
+    an SRE would write down."""
     story = Story(0, klass)
     truth: list[tuple[str, str, str, tuple[str, ...], float, str]] = []
-    for r in racks:
-        job, n = f"job-{r}", 16 * r + 1
+    for n in firsts:
+        job = f"job-{n}"
         for attempt, first, at in ((1, n, _at(0)), (2, n + 8, _at(30))):
             story.add("slurmctld", "job.started", T0 + at, job_id=job, attempt=attempt,
                       attributes={"nodes": [node(first), node(first + 1)], "gpus": GPUS})
@@ -85,8 +86,13 @@ def delivered(draw: st.DrawFn) -> tuple[Answer, list[Event]]:
     """A same-instant story and an arrival order: time order with the ties (every job's
     events at the same instants) in any order, or one source's file after another."""
     klass = draw(st.sampled_from(CLASSES))
-    racks = draw(st.lists(st.integers(0, 3), min_size=2, max_size=4, unique=True))
-    story, truth = same_instant(klass, sorted(racks), draw(st.integers(0, 5)))
+    if klass != "network" and draw(st.booleans()):  # under one leaf: still a node each
+        firsts = draw(st.lists(st.sampled_from((1, 3, 5, 7)), min_size=2, max_size=4,
+                               unique=True))
+    else:  # a rack, so a leaf, each (ports on one leaf are one network incident)
+        firsts = [16 * r + 1 for r in draw(st.lists(st.integers(0, 3), min_size=2,
+                                                    max_size=4, unique=True))]
+    story, truth = same_instant(klass, sorted(firsts), draw(st.integers(0, 5)))
     events = story.events
     if draw(st.booleans()):
         ties = draw(st.permutations(range(len(events))))
@@ -110,10 +116,10 @@ def _run(events: list[Event]) -> list[IncidentEvent]:
 
 
 def test_two_gpus_failing_at_the_same_second_in_both_delivery_orders() -> None:
-    """Xid 79 on node-001 under job-0 and on node-033 under job-2, both jobs failing 2 s
+    """Xid 79 on node-001 under job-1 and on node-033 under job-33, both jobs failing 2 s
     later: delivered in time order (the same instant's events job by job) and one source's
     file after another."""
-    story, truth = same_instant("gpu_hardware", [0, 2], 2)
+    story, truth = same_instant("gpu_hardware", [1, 33], 2)
     in_time = [e for _, e in sorted(story.events, key=lambda se: se[1].time)]
     files = [e for s in sorted({s for s, _ in story.events})
              for source, e in story.events if source == s]
