@@ -177,7 +177,7 @@ def test_row_policies_keep_a_team_to_its_projects(store: Store, tmp_path: Path) 
                       attributes={"xid": 79}),
                    ev("job.worker_exited", at(5, 2), job="a", attempt=1, node="node-001",
                       attributes={"rank": 0, "exit_code": 1}),
-                   ev("job.worker_exited", at(5, 3), job="b", attempt=1, project="other",
+                   ev("job.worker_exited", at(5, 2), job="b", attempt=1, project="other",
                       node="node-003", attributes={"rank": 0, "exit_code": 1})])
     runner.drain()
     from processors.incidents.model import Actor, Command

@@ -118,24 +118,9 @@ def _job(inc: Incident, p: ev.JobImpacted | ev.RecoveryObserved | ev.RecoveryVer
     inc.jobs[key] = replace(current, **updates) if updates else current
 
 
-@_evolve.register
-def _(p: ev.JobImpacted, inc: Incident, event: IncidentEvent) -> None:
-    _job(inc, p)
-
-
-@_evolve.register
-def _(p: ev.RecoveryObserved, inc: Incident, event: IncidentEvent) -> None:
-    _job(inc, p)
-
-
-@_evolve.register
-def _(p: ev.FailureStepUpdated, inc: Incident, event: IncidentEvent) -> None:
-    _job(inc, p)
-
-
-@_evolve.register
-def _(p: ev.RecoveryVerified, inc: Incident, event: IncidentEvent) -> None:
-    _job(inc, p)
+for _job_cls in (ev.JobImpacted, ev.RecoveryObserved, ev.FailureStepUpdated,
+                 ev.RecoveryVerified):
+    _evolve.register(_job_cls, lambda p, inc, event: _job(inc, p))
 
 
 @_evolve.register

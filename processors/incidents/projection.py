@@ -96,6 +96,9 @@ def projection_rows(incidents: list[Incident], changes: list[IncidentEvent] | No
     evidence: dict[str, set[str]] = {}
     jobs: dict[str, set[str]] = {}
     actions: dict[str, set[str]] = {}
+    # a revision replaces an incident's impacted attempts, evidence and proposals at once
+    # (late evidence, two failures at the same instant): all of its rows are written again
+    revised = {e.incident_id for e in changes if e.kind == "diagnosis_revised"}
     for e in changes:
         if e.kind == "evidence_attached":
             evidence.setdefault(e.incident_id, set()).add(e.data["event_id"])
@@ -107,11 +110,11 @@ def projection_rows(incidents: list[Incident], changes: list[IncidentEvent] | No
             actions.setdefault(e.incident_id, set()).add(e.data["action_id"])
     return {
         "incidents": [incident_row(i) for i in incidents],
-        "incident_evidence": [r for i in incidents
-                              for r in evidence_rows(i, evidence.get(i.id, set()))],
-        "incident_jobs": [r for i in incidents for r in job_rows(i)
-                          if f"{r['project']}/{r['job_id']}/{r['attempt']}" in
+        "incident_evidence": [r for i in incidents for r in evidence_rows(
+            i, None if i.id in revised else evidence.get(i.id, set()))],
+        "incident_jobs": [r for i in incidents for r in job_rows(i) if i.id in revised
+                          or f"{r['project']}/{r['job_id']}/{r['attempt']}" in
                           jobs.get(i.id, ())],
         "actions": [r for i in incidents for r in action_rows(i)
-                    if r["action_id"] in actions.get(i.id, ())],
+                    if i.id in revised or r["action_id"] in actions.get(i.id, ())],
     }

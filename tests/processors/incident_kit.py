@@ -77,3 +77,33 @@ def only(log: list[IncidentEvent], **match: Any) -> Incident:
              if all(getattr(i, k) == v for k, v in match.items())]
     assert len(found) == 1, f"{match}: {[(i.klass, i.entity, i.key) for i in incidents(log)]}"
     return found[0]
+
+
+KEYS = {"incidents": ("incident_id",), "incident_evidence": ("incident_id", "event_id"),
+        "incident_jobs": ("incident_id", "project", "job_id", "attempt"),
+        "actions": ("incident_id", "action_id")}
+"""Each projection's ORDER BY (schemas/clickhouse/0002_incidents.sql)."""
+
+Tables = dict[str, dict[tuple[Any, ...], dict[str, Any]]]
+
+
+def stored(batches: list[tuple[list[Incident], list[IncidentEvent]]]) -> Tables:
+    """The projections as the store keeps them after the runtimes wrote each batch's rows
+    (`projection_rows(states, changes)`): ReplacingMergeTree, the highest `version` per key
+    (the last written without one)."""
+    from processors.incidents.projection import projection_rows
+
+    tables: Tables = {table: {} for table in KEYS}
+    for states, changes in batches:
+        for table, rows in projection_rows(states, changes or None).items():
+            for row in rows:
+                key = tuple(row[k] for k in KEYS[table])
+                old = tables[table].get(key)
+                if old is None or row.get("version", 0) >= old.get("version", 0):
+                    tables[table][key] = row
+    return tables
+
+
+def replayed(log: list[IncidentEvent]) -> Tables:
+    """The projections `jobtrail replay` writes from the whole log."""
+    return stored([(list(fold(log).values()), [])])
