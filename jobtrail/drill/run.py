@@ -155,10 +155,13 @@ class Drill:
                   str(self.o.pace_s))
         return out.strip().split(";")[0]
 
-    def _incident(self, since: float) -> dict[str, Any] | None:
+    def _incident(self, since: float, attempt: int) -> dict[str, Any] | None:
+        """The incident that holds the attempt the fault was injected into (an incident
+        opened only for a later attempt is not this failure detected)."""
         for row in self.store.incidents(None, since=datetime.fromtimestamp(since - 120, UTC)):
             found = self.store.incident(row["incident_id"], None)
-            if found and any(j["job_id"] == self.job for j in found["jobs"]):
+            if found and any(j["job_id"] == self.job and j["attempt"] == attempt
+                             for j in found["jobs"]):
                 return found
         return None
 
@@ -176,12 +179,17 @@ class Drill:
             return report
         attempts = self.store.attempts(self.project, self.job)
         node = attempts[0].nodes[0] if attempts and attempts[0].nodes else ""
+        faulted = attempts[0].attempt if attempts else 1
         report.node = node
         t0 = self._inject(node, report)
         report.injected_at = datetime.fromtimestamp(t0, UTC).isoformat(timespec="milliseconds")
         symptom = self._wait("the first symptom", lambda: self._symptom(t0, node), 60)
-        incident = self._wait("the incident", lambda: self._incident(t0), 60)
+        incident = self._wait("the incident", lambda: self._incident(t0, faulted), 60)
         seen = time.time()
+        if incident is not None:  # when jobtrail wrote it, not when this loop looked
+            held = self.store.impact_recorded_at(incident["incident_id"], self.project,
+                                                 self.job, faulted)
+            seen = min(seen, held.timestamp()) if held is not None else seen
         if symptom is not None:
             event = self.store.events_by_id([symptom["event_id"]]).get(symptom["event_id"])
             received = _epoch(event.observed_at) if event and event.observed_at else seen

@@ -173,6 +173,21 @@ class IncidentTables:
             entry["data"] = json.loads(entry["data"])
         return detail(out, projects)
 
+    def impact_recorded_at(self, incident_id: str, project: str, job_id: str,
+                           attempt: int) -> datetime | None:
+        """When the incident first held the attempt (its `job_impacted` entry was written:
+        wall clock, not event time), or None."""
+        result = self._q(
+            "SELECT min(recorded_at) FROM incident_log WHERE incident_id = {id:String} "
+            "AND kind = 'job_impacted' AND JSONExtractString(data, 'job', 'project') = "
+            "{p:String} AND JSONExtractString(data, 'job', 'job_id') = {j:String} "
+            "AND JSONExtractUInt(data, 'job', 'attempt') = {a:UInt32}",
+            id=incident_id, p=project, j=job_id, a=attempt)
+        value = result.result_rows[0][0] if result.result_rows else None
+        if not isinstance(value, datetime) or value.year < 1971:
+            return None
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
     def incident_clusters(self) -> dict[str, str]:
         """Every incident's cluster (as `incident_cluster`), for a restore that rebuilds one
         pipeline per cluster."""
