@@ -358,15 +358,20 @@ def test_readiness_says_what_it_checked_and_liveness_stays_responsive(tmp_path: 
             r=http("POST", f"{server.url}/v1/events", big, timeout=300)))
         poster.start()
         worst = 0.0
+        began = time.monotonic()
         while poster.is_alive():
             started = time.monotonic()
             assert http("GET", f"{server.url}/livez", timeout=30).status == 200
             worst = max(worst, time.monotonic() - started)
             time.sleep(0.05)
         poster.join()
+        total = time.monotonic() - began
         assert done["r"].status == 202
-        # parsing 70k events takes seconds; the loop answers while it happens
-        assert worst < 2.0, f"/livez took {worst:.1f} s while a big batch was parsed"
+        # parsing 70k events takes seconds; the loop answers while it happens: a loop the
+        # parse blocked would answer once, after about all of it (relative, so a loaded
+        # machine that slows both does not fail it)
+        assert worst < max(2.0, total / 4), \
+            f"/livez took {worst:.1f} s while a big batch was parsed for {total:.1f} s"
         # the CLI on a home that serve holds says so, and who
         busy = cli(home, "stats", check=False)
         assert busy.returncode != 0
