@@ -176,10 +176,13 @@ def waive(ctx: click.Context, incident_id: str, reason: str, by: str | None,
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @click.pass_context
 def export_cmd(ctx: click.Context, incident_id: str, fmt: str, out: Path | None) -> None:
-    """Markdown (canonical), sanitised HTML, or JSON."""
+    """Markdown (canonical), sanitised HTML (styled like the review page), or JSON."""
     from jobtrail.views.postmortem import export
+    from processors.notify.message import Links
 
-    text = export(_state(ctx, incident_id), fmt, datetime.now(UTC).date())
+    settings = _settings(ctx)
+    text = export(_state(ctx, incident_id), fmt, datetime.now(UTC).date(),
+                  Links(api=settings.public_url, grafana=settings.grafana_url))
     if out is None:
         click.echo(text, nl=False)
     else:

@@ -84,9 +84,7 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
         why=scrub(inc.severity_why or "no reason recorded"))
     recovery = recovery_of(jobs)
     first_job = next((j for j in jobs if j.role == "failed"), jobs[0] if jobs else None)
-    timeline = (f"{links.grafana}/d/jobtrail-job?var-project={quote(first_job.project)}"
-                f"&var-job={quote(first_job.job_id)}&var-attempt={first_job.attempt}"
-                + _range(inc, first_job, d.not_before) if first_job else "")
+    timeline = job_timeline(links.grafana, inc, first_job, d.not_before)
     failed = [j for j in jobs if j.role == "failed"]
     lost = round(sum(j.lost_gpu_hours for j in jobs), 2)
     assessed = lost > 0 or recovery == "verified"
@@ -133,13 +131,29 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
             "ack_command": f"jobtrail incident ack {inc.id}",
         },
         "links": {
-            "incident": f"{links.grafana}/d/jobtrail-incident?var-incident={quote(inc.id)}",
+            "incident": incident_dashboard(links.grafana, inc),
             "api": f"{links.api}/v1/incidents/{quote(inc.id)}",
             "timeline": timeline,
         },
         "digest": [{"incident": t.incident_id, "transition": t.transition,
                     "time": t.time.isoformat()} for t in transitions],
     }
+
+
+def incident_dashboard(grafana: str, inc: Incident) -> str:
+    """The incident's page in Grafana (the jobtrail-incident dashboard)."""
+    return f"{grafana}/d/jobtrail-incident?var-incident={quote(inc.id)}"
+
+
+def job_timeline(grafana: str, inc: Incident, job: Any, until: datetime | None) -> str:
+    """The job dashboard at `job`'s attempt and the incident's time range (up to `until`,
+    or the job's failure); '' without a job. Messages and the postmortem page link it."""
+    if job is None:
+        return ""
+    end = until or job.failed_at
+    return (f"{grafana}/d/jobtrail-job?var-project={quote(job.project)}"
+            f"&var-job={quote(job.job_id)}&var-attempt={job.attempt}"
+            + (_range(inc, job, end) if end else ""))
 
 
 def _range(inc: Incident, job: Any, until: datetime) -> str:
