@@ -106,11 +106,14 @@ ORDER BY startTime
 """
 
 STEPS = f"""
-SELECT time, JSONExtractInt(attributes, 'step') AS step
+SELECT time, concat('attempt ', toString(attempt)) AS attempt,
+       JSONExtractInt(attributes, 'step') AS step
 FROM job_timeline FINAL
 WHERE {JOB_FILTER} AND type = 'job.step' AND $__timeFilter_ms(time)
 ORDER BY time
 """
+"""A series per attempt (the plugin makes a string column a label), so the step line breaks
+between attempts instead of joining one's last step to the next one's restore."""
 
 CHECKPOINTS = f"""
 SELECT time, JSONExtractInt(attributes, 'step') AS checkpoint
@@ -142,7 +145,8 @@ _MINE = ("SELECT incident_id FROM incident_jobs FINAL "
 INCIDENTS = """
 SELECT i.incident_id AS incident, i.severity AS severity, i.status AS status, i.class AS class,
        i.entity AS entity, i.owner AS owner, j.attempt AS attempt, j.role AS role,
-       j.recovery AS recovery, round(j.lost_gpu_hours, 2) AS lost_gpu_hours, i.opened_at AS opened
+       j.recovery AS recovery, round(j.lost_gpu_hours, 2) AS lost_gpu_hours, i.opened_at AS opened,
+       j.failed_at AS failed_at
 FROM (SELECT * FROM incident_jobs FINAL
       WHERE project = ${project:sqlstring} AND job_id = ${job:sqlstring}) AS j
 INNER JOIN (SELECT * FROM incidents FINAL) AS i ON i.incident_id = j.incident_id

@@ -186,6 +186,52 @@ def test_the_job_timeline_renders_to_png_from_the_dashboard_queries(
         render(store, sample.PROJECT, "no-such-job", tmp_path / "none.png")
 
 
+def test_the_png_breaks_the_step_line_and_marks_the_failure(store: Store,
+                                                          scenario: dict[str, Any]) -> None:
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    from dashboards.png import figure
+
+    fig, counts = figure(store, sample.PROJECT, sample.JOB)
+    attempts = {a["attempt"]: a for a in store.client.query(
+        "SELECT attempt, submitted_at, started_at, ended_at FROM job_attempts FINAL "
+        f"WHERE job_id = '{sample.JOB}'").named_results()}
+    (failed,) = store.client.query(
+        "SELECT incident_id, attempt, failed_at FROM incident_jobs FINAL WHERE role = 'failed' "
+        f"AND job_id = '{sample.JOB}'").named_results()
+    top, bottom = fig.axes
+    try:
+        def gid(axis: Any, prefix: str) -> dict[str, Any]:
+            return {str(a.get_gid()): a for a in axis.get_children()
+                    if str(a.get_gid()).startswith(prefix)}
+
+        lines = gid(bottom, "steps-")
+        assert sorted(lines) == ["steps-attempt-1", "steps-attempt-2"]
+        for number, a in attempts.items():  # each line stays within its attempt
+            xs = lines[f"steps-attempt-{number}"].get_xdata()
+            assert len(xs) and mdates.date2num(a["started_at"]) <= mdates.date2num(min(xs))
+            assert mdates.date2num(max(xs)) <= mdates.date2num(a["ended_at"])
+        assert sum(len(line.get_xdata()) for line in lines.values()) == counts["steps"]
+        bands = gid(top, "attempt-")
+        assert sorted(bands) == ["attempt-1", "attempt-2"]
+        for number, a in attempts.items():  # from its start, not its submission
+            assert a["submitted_at"] < a["started_at"]
+            left = bands[f"attempt-{number}"].get_x()  # a Rectangle since matplotlib 3.9
+            assert left == pytest.approx(mdates.date2num(a["started_at"]), abs=1e-8)  # ~1 ms
+        marks = gid(top, f"failure-{failed['incident_id']}-")
+        assert list(marks) == [f"failure-{failed['incident_id']}-1"]
+        at = marks[f"failure-{failed['incident_id']}-1"].get_xdata()[0]
+        assert mdates.date2num(at) == pytest.approx(mdates.date2num(failed["failed_at"]),
+                                                    abs=1e-8)
+        (label,) = gid(top, "failure-label-").values()
+        assert label.get_text().strip().startswith(
+            f"attempt 1 failed {failed['failed_at']:%H:%M:%S}: sev1 network on leaf-05/p9")
+        assert counts["failures"] == 1
+    finally:
+        plt.close(fig)
+
+
 def test_postmortem_and_followup_panels_show_what_commanders_did(store: Store,
                                                                  tmp_path: Path) -> None:
     from datetime import UTC, datetime
