@@ -92,6 +92,8 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
                                      .total_seconds()) / 3600 for j in failed
                         if j.last_checkpoint_at), 2) if not assessed else 0.0
     restored = next((j.restored_step for j in failed if j.restored_step is not None), None)
+    acked = inc.story.get(inc.stamps.get("acknowledged_at", "")) \
+        if inc.acknowledged_at else None
     proposals = sorted((a for a in inc.actions.values() if a.status in ("proposed", "open")),
                        key=lambda a: (a.status != "open", a.action_id))[:2]
     return {
@@ -112,6 +114,8 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
                       "explanation": scrub(inc.explanation)},
             "opened_at": inc.opened_at.isoformat() if inc.opened_at else None,
             "acknowledged": inc.acknowledged_at is not None,
+            "acknowledged_by": scrub(acked.by) if acked else "",
+            "acknowledged_at": acked.at.isoformat() if acked else None,
             "what": scrub(_what(inc, mine)),
             "impact": {"jobs": len(jobs), "gpus": sum(j.gpus for j in jobs),
                        "lost_gpu_hours": lost, "assessed": assessed,
@@ -191,6 +195,14 @@ def _impact_line(inc: dict[str, Any]) -> str:
                    if impact["other_projects"] else "")
 
 
+def acknowledgement(inc: dict[str, Any]) -> str:
+    """Who acknowledged the incident and when, in words ('' when nobody has)."""
+    if not inc.get("acknowledged_by"):
+        return ""
+    at = datetime.fromisoformat(inc["acknowledged_at"]) if inc.get("acknowledged_at") else None
+    return f"by {inc['acknowledged_by']}" + (f" at {at:%Y-%m-%d %H:%M} UTC" if at else "")
+
+
 def text(msg: dict[str, Any]) -> str:
     """The plain-text body every channel starts from."""
     inc = msg["incident"]
@@ -207,6 +219,8 @@ def text(msg: dict[str, Any]) -> str:
               _impact_line(inc),
               f"Recovery: {inc.get('recovery_words') or inc['recovery'] or 'n/a'}; "
               f"status {inc['status']}"]
+    if inc.get("acknowledged_by"):
+        lines.append(f"Acknowledged: {acknowledgement(inc)}")
     lines += [f"Proposed: {a['title']} ({a['command']})" for a in inc.get("actions", [])]
     if msg["links"].get("ack"):
         lines.append(f"Acknowledge: {msg['links']['ack']} (or {inc['ack_command']})")
