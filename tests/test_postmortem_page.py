@@ -7,10 +7,12 @@ Screenshots of each state go to JOBTRAIL_TEST_ARTEFACTS (CI keeps them), else tm
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from jobtrail.views.postmortem import CSP, EXPORT_CSP, PAGE_CSS, tracker_link
+from jobtrail.views.review import actions, section_forms
 from tests.test_postmortem_flows import TOKENS, _chromium, _home
 from tests.trust_kit import cli, http, serve
 
@@ -28,6 +30,24 @@ def test_a_tracker_url_is_a_link_only_for_http_and_https() -> None:
     for hostile in ("javascript:alert(1)", " JavaScript:alert(1)", "data:text/html,x",
                     "https:no-host", '"><script>x</script>'):
         assert "<a" not in tracker_link(hostile) and "<script" not in tracker_link(hostile)
+
+
+def test_the_page_offers_a_verb_only_to_a_role_that_may_use_it() -> None:
+    def verbs(status: str, role: str, author: bool = False) -> list[str]:
+        return re.findall(r'<form data-verb="([a-z-]+)"', actions(status, author, ("cy",), role))
+
+    assert verbs("in_review", "commander") == ["approve", "request-changes"]
+    assert verbs("in_review", "responder") == []  # approving is a commander's
+    assert 'id="no-role"' in actions("in_review", False, ("cy",), "responder")
+    assert verbs("approved", "responder") == ["draft"]
+    assert verbs("approved", "commander") == ["publish", "draft"]
+    assert verbs("draft", "viewer") == []
+    assert verbs("draft", "responder") == ["review", "draft"]
+    sections = [{"name": "lucky", "title": "Where we got lucky", "text": "t",
+                 "provenance": "human"}]
+    assert section_forms(sections, "published", "responder") == ""
+    assert 'data-verb="amend"' in section_forms(sections, "published", "commander")
+    assert 'data-verb="edit"' in section_forms(sections, "draft", "responder")
 
 
 def test_the_review_page_offers_what_each_state_allows(tmp_path: Path) -> None:
@@ -117,6 +137,13 @@ def test_the_review_page_offers_what_each_state_allows(tmp_path: Path) -> None:
             assert "Waiting for review by lead-cy, rita" in page.locator(
                 "#waiting").inner_text()
             shot("in-review-author")
+            with page.expect_navigation(timeout=30_000):
+                page.click("#logout button")
+
+            sign_in("tok-rita")  # asked to review, but a responder: approving needs a commander
+            assert offered() == []
+            assert page.locator("#no-role").count() == 1
+            shot("in-review-responder")
             with page.expect_navigation(timeout=30_000):
                 page.click("#logout button")
 

@@ -4,8 +4,9 @@ its state allows for the person viewing it.
 What the page offers follows `processors.postmortem.state` (the server still decides):
 not drafted -> draft; draft -> re-draft, request review (naming the reviewers); in review ->
 approve and request changes for anyone but an author (an author waits); approved ->
-publish; published -> amend a section, saying why. The human sections are forms (edit
-while a draft, in review or approved; amend once published). Every form posts through the
+publish; published -> amend a section, saying why; each only for a role that may use it.
+The human sections are forms (edit while a draft, in review or approved; amend once
+published). Every form posts through the
 one static script, which sends the page's anti-CSRF token; the CSP allows no inline script.
 """
 
@@ -15,6 +16,8 @@ import html
 from datetime import date
 from typing import Any
 
+from jobtrail.identity.principal import ROLES
+from jobtrail.identity.roles import POSTMORTEM_VERBS, command_role
 from jobtrail.views.postmortem import PAGE_CSS, document, facts, to_html
 from processors.incidents.model import Incident
 from processors.notify.message import Links
@@ -24,8 +27,16 @@ from processors.postmortem.state import HUMAN_SECTIONS, PROMPTS
 _EDITABLE = ("draft", "in_review", "approved")
 
 
-def _form(verb: str, label: str, fields: str = "", *, quiet: bool = False,
-          section: str = "") -> str:
+def may(role: str, verb: str) -> bool:
+    """Whether a viewer of `role` may use `verb` (as `jobtrail.identity.roles` has it); an
+    unknown role is offered everything and the server decides."""
+    if role not in ROLES:
+        return True
+    return ROLES.index(role) >= ROLES.index(command_role(POSTMORTEM_VERBS[verb], {}))
+
+
+def _verb_form(verb: str, label: str, fields: str = "", *, quiet: bool = False,
+               section: str = "") -> str:
     where = f" data-section=\"{html.escape(section)}\"" if section else ""
     kind = " class=\"quiet\"" if quiet else ""
     return (f"<form data-verb=\"{verb}\"{where}>{fields}"
@@ -38,8 +49,16 @@ def _field(name: str, label: str, *, required: bool = False, value: str = "") ->
             f"value=\"{html.escape(value, quote=True)}\"></label>")
 
 
-def actions(status: str, author: bool, reviewers: tuple[str, ...]) -> str:
-    """The forms for what the postmortem's state allows this viewer next."""
+def actions(status: str, author: bool, reviewers: tuple[str, ...], role: str = "") -> str:
+    """The forms for what the postmortem's state and the viewer's role allow next."""
+    offered = _actions(status, author, reviewers, role)
+    return offered or "<p id=\"no-role\">Nothing your role may do here now.</p>"
+
+
+def _actions(status: str, author: bool, reviewers: tuple[str, ...], role: str) -> str:
+    def _form(verb: str, label: str, fields: str = "", *, quiet: bool = False) -> str:
+        return _verb_form(verb, label, fields, quiet=quiet) if may(role, verb) else ""
+
     redraft = _form("draft", "Re-draft from the log", quiet=True)
     if status == "":
         return _form("draft", "Draft the postmortem")
@@ -58,16 +77,17 @@ def actions(status: str, author: bool, reviewers: tuple[str, ...]) -> str:
     if status == "approved":
         return _form("publish", "Publish") + redraft
     if status == "published":
-        return "<p>Published: amend a section below, saying why.</p>"
+        return ("<p>Published" + (": amend a section below, saying why." if may(role, "amend")
+                                  else ".") + "</p>")
     return f"<p>Postmortem {html.escape(status)}: nothing to do.</p>"
 
 
-def section_forms(sections: list[dict[str, Any]], status: str) -> str:
+def section_forms(sections: list[dict[str, Any]], status: str, role: str = "") -> str:
     """A form per human section: edit it (draft, in review, approved) or amend it
-    (published, with why)."""
-    if status not in (*_EDITABLE, "published"):
-        return ""
+    (published, with why), when the viewer's role may."""
     amend = status == "published"
+    if status not in (*_EDITABLE, "published") or not may(role, "amend" if amend else "edit"):
+        return ""
     out = []
     for s in sections:
         if s["name"] not in HUMAN_SECTIONS:
@@ -79,7 +99,7 @@ def section_forms(sections: list[dict[str, Any]], status: str) -> str:
                f"placeholder=\"{html.escape(PROMPTS[name], quote=True)}\">{text}"
                "</textarea></label>")
         why = _field("why", "Why amend it", required=True) if amend else ""
-        out.append(_form("amend" if amend else "edit", f"Save {s['title']}", box + why,
+        out.append(_verb_form("amend" if amend else "edit", f"Save {s['title']}", box + why,
                          section=name))
     return "<section class=\"card\" id=\"write\"><h2>The human sections</h2>" \
            + "".join(out) + "</section>"
@@ -109,6 +129,7 @@ def page(inc: Incident, today: date | None = None, viewer: dict[str, Any] | None
         for w in doc["warnings"]) or "<li>none</li>"
     pm = inc.pm
     author = str(viewer.get("name") or "") in pm.authors
+    role = str(viewer.get("role") or "")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>Postmortem {esc(inc.id)}</title>
@@ -120,8 +141,8 @@ def page(inc: Incident, today: date | None = None, viewer: dict[str, Any] | None
 {esc(inc.status)}</p>{facts(inc, links or Links())}</header>
 <main id="postmortem">{to_html(draft.markdown(inc))}</main>
 <aside><div class="card" id="actions">{signed_in}<h2>Next</h2>
-{actions(pm.status, author, pm.reviewers)}<p id="outcome" role="status"></p></div>
-{section_forms(doc["sections"], pm.status)}
+{actions(pm.status, author, pm.reviewers, role)}<p id="outcome" role="status"></p></div>
+{section_forms(doc["sections"], pm.status, role)}
 <div class="card"><h2>Commander checklist</h2><ul id="checklist">{checklist_rows}</ul></div>
 <div class="card"><h2>Blameless check</h2><ul id="warnings">{warning_rows}</ul></div>
 </aside></div></body></html>
