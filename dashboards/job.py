@@ -1,12 +1,14 @@
-"""The on-call view of one job: cross-system bands, the event stream, attempts as a trace,
+"""The on-call view of one job: a summary row and the incident that explains the failure at
+the top (above the fold), then cross-system bands, the event stream, attempts as a trace,
 progress and checkpoints, what the attempt ran on, incidents, and the queue wait."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from grafana_foundation_sdk.builders import common, logs, stat, statetimeline, table, timeseries
 from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.builders import logs, statetimeline, table, timeseries
+from grafana_foundation_sdk.models.common import BigValueTextMode
 
 from dashboards.clickhouse import LOGS, TABLE, TIME_SERIES, TRACES, datasource, sql
 from dashboards.common import (
@@ -19,6 +21,42 @@ from dashboards.common import (
     project_variable,
     variable,
 )
+
+SUMMARY = f"""
+SELECT
+  (SELECT argMax(state, attempt) FROM job_attempts FINAL WHERE {JOB_FILTER}) AS state,
+  (SELECT max(attempt) FROM job_attempts FINAL WHERE {JOB_FILTER}) AS attempt,
+  (SELECT argMax(JSONExtractInt(attributes, 'step'), time) FROM job_timeline FINAL
+   WHERE {JOB_FILTER} AND type = 'job.step') AS last_step,
+  (SELECT if(count() = 0, NULL, round(dateDiff('second', max(time),
+             coalesce((SELECT argMax(ended_at, attempt) FROM job_attempts FINAL
+                       WHERE {JOB_FILTER}), now64(3))) / 60, 1))
+   FROM job_timeline FINAL
+   WHERE {JOB_FILTER} AND type = 'checkpoint.saved') AS checkpoint_age_min,
+  (SELECT if(count() = 0, 'none', argMax(concat(severity, ' ', class, ' on ', entity, ' (',
+                                                incident_id, ')'), opened_at))
+   FROM incidents FINAL
+   WHERE status NOT IN ('resolved', 'closed') AND incident_id IN (
+     SELECT incident_id FROM incident_jobs FINAL WHERE {JOB_FILTER})) AS open_incident,
+  (SELECT round(sum(lost_gpu_hours), 2) FROM incident_jobs FINAL WHERE {JOB_FILTER})
+    AS lost_gpu_hours
+"""
+"""The on-call's first look: the latest attempt's state, its number, the last step, how old
+the last checkpoint is (at the attempt's end, else now: the work a failure would lose), the
+open incident touching the job, and the GPU-hours lost to incidents."""
+
+WHY = f"""
+SELECT i.incident_id AS incident, i.severity AS severity, i.status AS status,
+       concat(i.class, ' on ', i.entity) AS cause, i.owner AS owner,
+       j.attempt AS attempt, j.failed_at AS failed_at, j.failure_step AS failure_step,
+       j.recovery AS recovery, round(j.lost_gpu_hours, 2) AS lost_gpu_hours,
+       i.explanation AS explanation
+FROM (SELECT * FROM incident_jobs FINAL WHERE {JOB_FILTER} AND role = 'failed') AS j
+INNER JOIN (SELECT * FROM incidents FINAL) AS i ON i.incident_id = j.incident_id
+ORDER BY j.failed_at DESC, i.confidence DESC
+LIMIT 1
+"""
+"""The incident that explains the job's (latest) failure: the one holding the failed attempt."""
 
 BANDS = f"""
 SELECT time, source, type AS state
@@ -68,11 +106,14 @@ ORDER BY startTime
 """
 
 STEPS = f"""
-SELECT time, JSONExtractInt(attributes, 'step') AS step
+SELECT time, concat('attempt ', toString(attempt)) AS attempt,
+       JSONExtractInt(attributes, 'step') AS step
 FROM job_timeline FINAL
 WHERE {JOB_FILTER} AND type = 'job.step' AND $__timeFilter_ms(time)
 ORDER BY time
 """
+"""A series per attempt (the plugin makes a string column a label), so the step line breaks
+between attempts instead of joining one's last step to the next one's restore."""
 
 CHECKPOINTS = f"""
 SELECT time, JSONExtractInt(attributes, 'step') AS checkpoint
@@ -104,7 +145,8 @@ _MINE = ("SELECT incident_id FROM incident_jobs FINAL "
 INCIDENTS = """
 SELECT i.incident_id AS incident, i.severity AS severity, i.status AS status, i.class AS class,
        i.entity AS entity, i.owner AS owner, j.attempt AS attempt, j.role AS role,
-       j.recovery AS recovery, round(j.lost_gpu_hours, 2) AS lost_gpu_hours, i.opened_at AS opened
+       j.recovery AS recovery, round(j.lost_gpu_hours, 2) AS lost_gpu_hours, i.opened_at AS opened,
+       j.failed_at AS failed_at
 FROM (SELECT * FROM incident_jobs FINAL
       WHERE project = ${project:sqlstring} AND job_id = ${job:sqlstring}) AS j
 INNER JOIN (SELECT * FROM incidents FINAL) AS i ON i.incident_id = j.incident_id
@@ -146,6 +188,17 @@ def build() -> Any:
                                 include_all=True))
         .annotation(annotation)
         .link(link("Incident", f"/d/{INCIDENT_UID}"))
+        .with_panel(panel(stat.Panel(), "Summary", SUMMARY, TABLE, h=4,
+                          description="The latest attempt's state, the last step, the last "
+                                      "checkpoint's age, the open incident, GPU-h lost.")
+                    .reduce_options(common.ReduceDataOptions().values(False)
+                                    .calcs(["lastNotNull"]).fields("/.*/"))
+                    .text_mode(BigValueTextMode.VALUE_AND_NAME))
+        .with_panel(panel(table.Panel(), "Why it failed", WHY, TABLE, h=4,
+                          description="The incident holding the failed attempt: its cause, "
+                                      "owner and explanation.")
+                    .data_links([link("Open incident", f"/d/{INCIDENT_UID}?var-incident="
+                                      "${__data.fields.incident}&${__url_time_range}")]))
         .with_panel(panel(statetimeline.Panel(), "Across systems", BANDS, TABLE, h=7,
                           description="One band per source; the state is the event type.")
                     .with_transformation(partition_by("source")))

@@ -23,6 +23,20 @@ def _rows(store: Any, sql: str, values: dict[str, str], start: datetime,
 
 def render(store: Any, project: str, job: str, out: Path, attempt: str = "all") -> dict[str, int]:
     """Write the PNG; returns how many rows each panel drew (the test asserts them)."""
+    import matplotlib.pyplot as plt
+
+    fig, counts = figure(store, project, job, attempt)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return counts
+
+
+def figure(store: Any, project: str, job: str, attempt: str = "all") -> tuple[Any, dict[str, int]]:
+    """The figure and the rows each panel drew. Its artists carry gids a test reads:
+    `attempt-N` (the attempt's band, from its start, not its submission), `steps-attempt-N`
+    (the step line, one per attempt, so it breaks between them) and `failure-INCIDENT-N`
+    (the marker at the attempt's failure, labelled with what failed and why)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,8 +53,11 @@ def render(store: Any, project: str, job: str, out: Path, attempt: str = "all") 
     bands = _rows(store, board.BANDS, values, start, end)
     steps = _rows(store, board.STEPS, values, start, end)
     checkpoints = _rows(store, board.CHECKPOINTS, values, start, end)
-    spans = [r for r in _rows(store, board.ATTEMPTS, values, start, end)
-             if r["parentSpanID"] == ""]
+    phases = _rows(store, board.ATTEMPTS, values, start, end)
+    spans = [r for r in phases if r["parentSpanID"] == ""]
+    running = {r["parentSpanID"]: r for r in phases if r["spanID"].endswith("-running")}
+    failures = [r for r in _rows(store, board.INCIDENTS, values, start, end)
+                if r["role"] == "failed" and r["failed_at"] is not None]
     incidents = _rows(store, board.ANNOTATIONS, values, start, end)
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(14, 7), sharex=True,
@@ -53,21 +70,34 @@ def render(store: Any, project: str, job: str, out: Path, attempt: str = "all") 
     top.set_yticks(range(len(sources)), sources)
     top.set_ylim(-0.8, max(len(sources), 1) - 0.2)
     for s in spans:
-        begin = s["startTime"]
-        finish = begin + timedelta(milliseconds=int(s["duration"]))
+        ran = running.get(s["spanID"])
+        if ran is None:  # never started: nothing ran, no band
+            continue
+        begin = ran["startTime"]
+        finish = begin + timedelta(milliseconds=int(ran["duration"]))
         colour = "#f4cccc" if s["statusCode"] == 2 else "#d9ead3"
+        number = s["serviceName"].removeprefix("attempt ")
         for axis in (top, bottom):
-            axis.axvspan(begin, finish, color=colour, alpha=0.5, zorder=0)
+            axis.axvspan(begin, finish, color=colour, alpha=0.5, zorder=0,
+                         gid=f"attempt-{number}")
         top.text(begin, len(sources) - 0.45, f"{s['serviceName']}: {s['operationName']}",
                  fontsize=8, va="bottom")
-    for inc in incidents:
-        top.axvline(inc["time"], color="#cc0000", linewidth=1.5, zorder=4)
-        top.text(inc["time"], -0.7, " " + inc["text"], color="#cc0000", fontsize=8,
-                 va="bottom")
+    for f in failures:
+        label = (f"attempt {f['attempt']} failed {f['failed_at']:%H:%M:%S}: {f['severity']} "
+                 f"{f['class']} on {f['entity']} -> {f['owner']}")
+        for axis in (top, bottom):
+            axis.axvline(f["failed_at"], color="#cc0000", linewidth=1.5, zorder=4,
+                         gid=f"failure-{f['incident']}-{f['attempt']}")
+        top.text(f["failed_at"], -0.7, " " + label, color="#cc0000", fontsize=8, va="bottom",
+                 gid=f"failure-label-{f['incident']}-{f['attempt']}")
     top.set_title(f"{project}/{job}: across systems, attempts and incidents")
     top.legend(loc="lower left", fontsize=8, ncols=len(sources) or 1)
-    bottom.plot([r["time"] for r in steps], [r["step"] for r in steps], color="#5470c6",
-                label="step")
+    for n, series in enumerate(sorted({r["attempt"] for r in steps},
+                                      key=lambda a: int(a.removeprefix("attempt ")))):
+        mine = [r for r in steps if r["attempt"] == series]
+        bottom.plot([r["time"] for r in mine], [r["step"] for r in mine], color="#5470c6",
+                    label="step" if n == 0 else "_nolegend_",
+                    gid=f"steps-{series.replace(' ', '-')}")
     bottom.scatter([r["time"] for r in checkpoints], [r["checkpoint"] for r in checkpoints],
                    marker="D", color="#333333", zorder=3, label="checkpoint saved/restored")
     bottom.set_ylabel("step")
@@ -75,8 +105,6 @@ def render(store: Any, project: str, job: str, out: Path, attempt: str = "all") 
     bottom.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M"))
     bottom.set_xlabel("time (UTC)")
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return {"bands": len(bands), "steps": len(steps), "checkpoints": len(checkpoints),
-            "attempts": len(spans), "incidents": len(incidents)}
+    return fig, {"bands": len(bands), "steps": len(steps), "checkpoints": len(checkpoints),
+                 "attempts": len(spans), "incidents": len(incidents),
+                 "failures": len(failures)}

@@ -2,7 +2,8 @@
 words, which jobs and how many GPUs, who owns it and why, the proposed actions with their
 commands, what is at risk before the loss is assessed (never "0.0 GPU-h lost"), recovery in
 words, links that open the job timeline at the incident's time range and attempt; the
-"recovered" message by default; one email subject per incident thread.
+"recovered" message by default; once acknowledged, who did and when, and no acknowledge
+link; one email subject per incident thread.
 
 Regenerate after a deliberate change with
 `JOBTRAIL_REGEN_GOLDEN=1 pytest tests/test_alert_messages.py` and read the diff.
@@ -52,6 +53,13 @@ def _messages() -> dict[str, dict[str, Any]]:
         out[case]["links"]["ack"] = (f"https://jobtrail.example/v1/incidents/"
                                      f"{out[case]['incident']['id']}/ack?sub=sub-fabric"
                                      "&expires=1796119260&token=0123456789abcdef")
+    # acknowledged: the commander acknowledges, then resolves; the resolution's message
+    # says who acknowledged and when, and carries no acknowledge link or button
+    story.do("ack", by="ic-ana")
+    story.do("resolve", by="ic-ana")
+    d = next(x for x in decide([sub], [], story.logs(), LATER)
+             if x.status == "pending" and x.transition == "resolved")
+    out["acknowledged"] = message(sub, d, story.log, LINKS)
     return out
 
 
@@ -112,6 +120,22 @@ def test_a_message_says_what_broke_who_owns_it_and_what_to_do() -> None:
     assert "&var-attempt=1&from=" in link and "&to=" in link
     start = int(link.split("from=")[1].split("&")[0]) / 1000
     assert datetime.fromtimestamp(start, UTC) == datetime(2026, 11, 30, 9, 45, tzinfo=UTC)
+
+
+def test_an_acknowledged_message_says_who_acknowledged_and_offers_no_ack() -> None:
+    msg = _messages()["acknowledged"]
+    assert msg["incident"]["acknowledged_by"] == "ic-ana"
+    body = text(msg)
+    assert "Acknowledged: by ic-ana at 20" in body and "Acknowledge:" not in body
+    slack = channels.slack(msg)
+    assert "Acknowledge" not in [e["text"]["text"] for b in slack["blocks"]
+                                 if b["type"] == "actions" for e in b["elements"]]
+    fields = [f["text"] for b in slack["blocks"] for f in b.get("fields", [])]
+    assert any(f.startswith("*Acknowledged*\nby ic-ana at ") for f in fields)
+    teams = channels.teams(msg)["attachments"][0]["content"]
+    assert "Acknowledge" not in [a["title"] for a in teams["actions"]]
+    assert {"title": "Acknowledged", "value": body.split("Acknowledged: ")[1].split(
+        "\n")[0]} in teams["body"][2]["facts"]
 
 
 def test_an_email_thread_keeps_one_subject() -> None:

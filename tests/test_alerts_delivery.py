@@ -17,6 +17,7 @@ from jobtrail.alerts.egress import NOT_DELIVERED
 from jobtrail.alerts.secrets import Secrets, new_signing_secret
 from jobtrail.alerts.store import AlertStore
 from jobtrail.alerts.worker import Deliverer, decide_pass
+from jobtrail.cli.alerts import notification_line
 from jobtrail.config import Settings
 from jobtrail.learn import scenarios
 from jobtrail.runtime.sink import Sink
@@ -97,11 +98,19 @@ def test_a_signed_webhook_is_retried_under_one_id_until_it_lands(store: Store, t
     assert rig.run(T + timedelta(seconds=2)) == []  # not yet
     (second,) = rig.run(T + timedelta(seconds=20))
     assert (second.status, second.code) == ("failed", 429)
+    (retrying,) = [n for n in rig.alerts.notifications() if n["id"] == second.notification_id]
+    assert (retrying["status"], retrying["state"], retrying["attempts"]) == (
+        "pending", "retrying", 2)
     assert second.next_at == T + timedelta(seconds=140)  # Retry-After, over the backoff
     assert rig.run(T + timedelta(seconds=60)) == []
     (third,) = rig.run(T + timedelta(seconds=200))
     assert third.status == "sent"
     assert rig.run(T + timedelta(seconds=400)) == []  # delivered: nothing more
+    # `notifications` shows it delivered, from the delivery records
+    (shown,) = rig.alerts.notifications(status="delivered")
+    assert shown["id"] == third.notification_id and shown["attempts"] == 3
+    assert f" delivered  {shown['incident_id']}" in notification_line(shown)
+    assert f"[attempt 3 at {third.at:%H:%M:%S}]" in notification_line(shown)
     unique = box.unique("/hook")
     decided = [n for n in rig.alerts.notifications() if n["status"] == "pending"]
     assert set(unique) == {n["id"] for n in decided}  # one webhook-id per notification

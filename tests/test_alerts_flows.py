@@ -90,6 +90,9 @@ def test_subscribe_then_the_sample_scenario_delivers_to_each_channel(tmp_path: P
         outbox = run("notifications")
         assert "folded into the first message" in outbox
         assert run("deliveries").count(" sent ") == 3 * len(hooks) + len(stored)
+        # what was delivered shows as delivered (from the delivery records), not pending
+        assert outbox.count(" delivered ") == 3 * len(hooks) + len(stored)
+        assert " pending " not in outbox
         # a second pass sends nothing again; a redelivery sends one, under the same id
         assert "nothing due" in run("notify", "--once")
         assert len(box.at("/hook")) == len(hooks)

@@ -28,7 +28,8 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 # panels the sample scenario must fill (the fleet's change and acknowledge panels may be empty)
 MUST_SHOW = {
-    "job": {"Across systems", "Event stream", "Attempts and phases", "Progress and checkpoints",
+    "job": {"Summary", "Why it failed", "Across systems", "Event stream",
+            "Attempts and phases", "Progress and checkpoints",
             "Nodes, links and filesystems", "Incidents touching the job",
             "Queue wait and reasons", "Incidents"},
     "incident": {"Status, cause and owner", "Impact", "Impacted jobs", "Incident log",
@@ -67,10 +68,12 @@ def test_sdk_round_trip_and_lint_are_clean(name: str) -> None:
 
 def test_lint_catches_what_grafana_would_show_as_an_error() -> None:
     board = copy.deepcopy(built()["job"])
-    board["panels"][1]["targets"][0]["format"] = 1  # a logs panel fed a table
-    board["panels"][2]["targets"][0]["rawSql"] += " AND $__timeFilterMs(x)"
-    board["panels"][3]["targets"][0]["rawSql"] += " AND node = ${nodee:sqlstring}"
-    board["panels"][4]["id"] = board["panels"][5]["id"]
+    panels = {p["title"]: p for p in board["panels"]}
+    panels["Event stream"]["targets"][0]["format"] = 1  # a logs panel fed a table
+    panels["Attempts and phases"]["targets"][0]["rawSql"] += " AND $__timeFilterMs(x)"
+    panels["Progress and checkpoints"]["targets"][0]["rawSql"] += \
+        " AND node = ${nodee:sqlstring}"
+    panels["Nodes, links and filesystems"]["id"] = panels["Incidents touching the job"]["id"]
     problems = lint(board)
     assert any("format 1 cannot be drawn by a logs panel" in p for p in problems)
     assert any("unknown macro $__timeFilterMs" in p for p in problems)
@@ -128,6 +131,47 @@ def test_the_attempt_variable_narrows_the_job_panels(store: Store,
     assert counts["1"] and counts["2"] and counts["1"] + counts["2"] == counts["all"]
 
 
+def test_the_job_dashboard_opens_with_the_summary_and_the_incident_that_explains_it(
+        store: Store, scenario: dict[str, Any]) -> None:
+    from dashboards import job
+
+    board = built()["job"]
+    top = sorted(board["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"]))
+    assert [p["title"] for p in top[:2]] == ["Summary", "Why it failed"]
+    assert all(p["gridPos"]["y"] + p["gridPos"]["h"] <= 8 for p in top[:2])  # above the fold
+    start, end = sample.T0 - timedelta(hours=1), sample.T0 + timedelta(hours=4)
+
+    def rows(sql: str, **given: str) -> list[dict[str, Any]]:
+        result = store.client.query(expand(sql, {**scenario, **given}, start, end, 60))
+        return [dict(zip(result.column_names, r, strict=True)) for r in result.result_rows]
+
+    attempts = {a["attempt"]: a for a in store.client.query(
+        "SELECT attempt, state, ended_at FROM job_attempts FINAL WHERE job_id = "
+        f"'{sample.JOB}'").named_results()}
+    steps = [(r["time"], r["attrs"]) for r in store.client.query(
+        "SELECT time, JSONExtractInt(attributes, 'step') AS attrs FROM job_timeline FINAL "
+        f"WHERE job_id = '{sample.JOB}' AND type = 'job.step' ORDER BY time").named_results()]
+    (summary,) = rows(job.SUMMARY)
+    assert summary["attempt"] == max(attempts) == 2
+    assert summary["state"] == attempts[2]["state"]
+    assert summary["last_step"] == steps[-1][1]
+    assert summary["lost_gpu_hours"] == round(sum(
+        r["lost_gpu_hours"] for r in store.incidents(None)), 2) > 0
+    (why,) = rows(job.WHY)
+    assert why["incident"] == scenario["incident"] and why["attempt"] == 1
+    assert why["cause"] and why["owner"] and why["failed_at"] is not None
+    if why["status"] not in ("resolved", "closed"):
+        assert summary["open_incident"].endswith(f"({scenario['incident']})")
+    # the first attempt on its own: failed, its checkpoint's age taken at its end
+    (first,) = rows(job.SUMMARY, attempt="1")
+    assert (first["attempt"], first["state"]) == (1, attempts[1]["state"])
+    saved = store.client.query(
+        "SELECT max(time) FROM job_timeline FINAL WHERE attempt = 1 AND job_id = "
+        f"'{sample.JOB}' AND type = 'checkpoint.saved'").result_rows[0][0]
+    assert first["checkpoint_age_min"] == round(
+        (attempts[1]["ended_at"] - saved).total_seconds() / 60, 1)
+
+
 def test_the_job_timeline_renders_to_png_from_the_dashboard_queries(
         store: Store, scenario: dict[str, Any], tmp_path: Path) -> None:
     from dashboards.png import render
@@ -140,6 +184,52 @@ def test_the_job_timeline_renders_to_png_from_the_dashboard_queries(
     assert counts["steps"] > 10 and counts["checkpoints"] > 0
     with pytest.raises(ValueError, match="no timeline rows"):
         render(store, sample.PROJECT, "no-such-job", tmp_path / "none.png")
+
+
+def test_the_png_breaks_the_step_line_and_marks_the_failure(store: Store,
+                                                          scenario: dict[str, Any]) -> None:
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    from dashboards.png import figure
+
+    fig, counts = figure(store, sample.PROJECT, sample.JOB)
+    attempts = {a["attempt"]: a for a in store.client.query(
+        "SELECT attempt, submitted_at, started_at, ended_at FROM job_attempts FINAL "
+        f"WHERE job_id = '{sample.JOB}'").named_results()}
+    (failed,) = store.client.query(
+        "SELECT incident_id, attempt, failed_at FROM incident_jobs FINAL WHERE role = 'failed' "
+        f"AND job_id = '{sample.JOB}'").named_results()
+    top, bottom = fig.axes
+    try:
+        def gid(axis: Any, prefix: str) -> dict[str, Any]:
+            return {str(a.get_gid()): a for a in axis.get_children()
+                    if str(a.get_gid()).startswith(prefix)}
+
+        lines = gid(bottom, "steps-")
+        assert sorted(lines) == ["steps-attempt-1", "steps-attempt-2"]
+        for number, a in attempts.items():  # each line stays within its attempt
+            xs = lines[f"steps-attempt-{number}"].get_xdata()
+            assert len(xs) and mdates.date2num(a["started_at"]) <= mdates.date2num(min(xs))
+            assert mdates.date2num(max(xs)) <= mdates.date2num(a["ended_at"])
+        assert sum(len(line.get_xdata()) for line in lines.values()) == counts["steps"]
+        bands = gid(top, "attempt-")
+        assert sorted(bands) == ["attempt-1", "attempt-2"]
+        for number, a in attempts.items():  # from its start, not its submission
+            assert a["submitted_at"] < a["started_at"]
+            left = bands[f"attempt-{number}"].get_x()  # a Rectangle since matplotlib 3.9
+            assert left == pytest.approx(mdates.date2num(a["started_at"]), abs=1e-8)  # ~1 ms
+        marks = gid(top, f"failure-{failed['incident_id']}-")
+        assert list(marks) == [f"failure-{failed['incident_id']}-1"]
+        at = marks[f"failure-{failed['incident_id']}-1"].get_xdata()[0]
+        assert mdates.date2num(at) == pytest.approx(mdates.date2num(failed["failed_at"]),
+                                                    abs=1e-8)
+        (label,) = gid(top, "failure-label-").values()
+        assert label.get_text().strip().startswith(
+            f"attempt 1 failed {failed['failed_at']:%H:%M:%S}: sev1 network on leaf-05/p9")
+        assert counts["failures"] == 1
+    finally:
+        plt.close(fig)
 
 
 def test_postmortem_and_followup_panels_show_what_commanders_did(store: Store,

@@ -18,6 +18,10 @@ DELIVERY_COLUMNS = ["notification_id", "subscription_id", "attempt", "at", "stat
                     "latency_ms", "error", "next_at", "channel", "message_ids"]
 DONE = ("sent", "gave_up", "gone", "cancelled")
 """Delivery outcomes after which a notification is not attempted again."""
+STATES = ("pending", "retrying", "delivered", "gave_up", "gone", "cancelled", "suppressed")
+"""What `notifications` says happened to a notification: a pending decision is `pending`
+until an attempt, `retrying` after a failed one, `delivered` once one was sent; or how it
+ended (gave up, the receiver gone, cancelled); a decision not to send shows as decided."""
 
 
 def _visible(projects: Sequence[str] | None, owned: Sequence[str]) -> bool:
@@ -152,10 +156,21 @@ class AlertStore:
 
     def notifications(self, *, subscription: str = "", status: str = "",
                       limit: int = 1000) -> list[dict[str, Any]]:
+        """The outbox with what its deliveries did: `status` is the decision's (pending,
+        suppressed, ...), `state` what happened to it (`STATES`), with the last attempt's
+        number and time. `status` filters on either."""
         return self.store._dicts(  # type: ignore[no-any-return]
-            "SELECT * FROM notifications FINAL WHERE ({sub:String} = '' OR subscription_id = "
-            "{sub:String}) AND ({status:String} = '' OR status = {status:String}) "
-            "ORDER BY not_before, id LIMIT {limit:UInt32}", sub=subscription, status=status,
+            "SELECT n.*, d.attempts AS attempts, d.last_at AS last_attempt_at, "
+            "multiIf(n.status != 'pending', n.status, d.last = 'sent', 'delivered', "
+            "d.last = 'failed', 'retrying', d.last IN ('gave_up', 'gone', 'cancelled'), d.last, "
+            "'pending') AS state "
+            "FROM (SELECT * FROM notifications FINAL WHERE ({sub:String} = '' OR "
+            "subscription_id = {sub:String})) AS n "
+            "LEFT JOIN (SELECT notification_id, argMax(status, attempt) AS last, "
+            "max(attempt) AS attempts, argMax(at, attempt) AS last_at FROM deliveries "
+            "GROUP BY notification_id) AS d ON d.notification_id = n.id "
+            "WHERE {status:String} = '' OR n.status = {status:String} OR state = {status:String} "
+            "ORDER BY n.not_before, n.id LIMIT {limit:UInt32}", sub=subscription, status=status,
             limit=limit)
 
     def due(self, now: datetime) -> list[dict[str, Any]]:

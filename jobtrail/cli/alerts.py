@@ -315,18 +315,27 @@ def notify(ctx: click.Context, once: bool, interval: float, passes: int,
 
 @click.command("notifications")
 @click.option("--subscription", default="")
-@click.option("--status", default="", help="pending or suppressed")
+@click.option("--status", default="", help="a decision (pending, suppressed) or what happened "
+              "to it (delivered, retrying, gave_up, gone, cancelled)")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def notifications(ctx: click.Context, subscription: str, status: str, as_json: bool) -> None:
-    """The outbox: every decision, sent or suppressed, with its reason."""
+    """The outbox: every decision with what its deliveries did (delivered, retrying, gave
+    up...) or why it was not sent."""
     for r in _alerts(ctx).notifications(subscription=subscription, status=status):
         if as_json:
             click.echo(json.dumps(r, default=str))
             continue
-        click.echo(f"{r['not_before']:%Y-%m-%d %H:%M:%S} {r['id']} {r['status']:10} "
-                   f"{r['incident_id']} {r['transition']:18} {r['subscription_id']}"
-                   + (f"  ({r['reason']})" if r["reason"] else ""))
+        click.echo(notification_line(r))
+
+
+def notification_line(r: dict[str, Any]) -> str:
+    """One outbox row as `notifications` prints it: its state from the delivery records."""
+    tried = (f" [attempt {r['attempts']} at {r['last_attempt_at']:%H:%M:%S}]"
+             if r.get("attempts") else "")
+    return (f"{r['not_before']:%Y-%m-%d %H:%M:%S} {r['id']} {r['state']:10} "
+            f"{r['incident_id']} {r['transition']:18} {r['subscription_id']}{tried}"
+            + (f"  ({r['reason']})" if r["reason"] else ""))
 
 
 @click.command("deliveries")

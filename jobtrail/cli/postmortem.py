@@ -124,30 +124,6 @@ def review(ctx: click.Context, incident_id: str, reviewers: tuple[str, ...], by:
              command_id)
 
 
-@postmortem.command("request-changes")
-@click.argument("incident_id")
-@click.option("--comment", required=True)
-@_BY
-@_ID
-@click.pass_context
-def request_changes(ctx: click.Context, incident_id: str, comment: str, by: str | None,
-                    command_id: str | None) -> None:
-    """Send it back to the authors (in_review -> draft)."""
-    _command(ctx, incident_id, "request_changes", by, {"comment": comment}, command_id)
-
-
-@postmortem.command("approve")
-@click.argument("incident_id")
-@click.option("--comment", default="")
-@_BY
-@_ID
-@click.pass_context
-def approve(ctx: click.Context, incident_id: str, comment: str, by: str | None,
-            command_id: str | None) -> None:
-    """Approve (in_review -> approved); the approver must not be an author."""
-    _command(ctx, incident_id, "approve_postmortem", by, {"comment": comment}, command_id)
-
-
 @postmortem.command("publish")
 @click.argument("incident_id")
 @_BY
@@ -158,16 +134,31 @@ def publish(ctx: click.Context, incident_id: str, by: str | None, command_id: st
     _command(ctx, incident_id, "publish_postmortem", by, {}, command_id)
 
 
-@postmortem.command("waive")
-@click.argument("incident_id")
-@click.option("--reason", required=True)
-@_BY
-@_ID
-@click.pass_context
-def waive(ctx: click.Context, incident_id: str, reason: str, by: str | None,
-          command_id: str | None) -> None:
-    """No postmortem for this incident, and why."""
-    _command(ctx, incident_id, "waive_postmortem", by, {"reason": reason}, command_id)
+def _one_text_verb(name: str, command: str, field: str, doc: str, *,
+                   required: bool = True) -> None:
+    """Register `postmortem NAME ID --FIELD TEXT`: a verb whose only datum is one text."""
+    # no default at all when required: this click takes even default=None as given
+    text_option = (click.option(f"--{field}", "text", required=True) if required
+                   else click.option(f"--{field}", "text", default=""))
+
+    @postmortem.command(name, help=doc)
+    @click.argument("incident_id")
+    @text_option
+    @_BY
+    @_ID
+    @click.pass_context
+    def verb(ctx: click.Context, incident_id: str, text: str, by: str | None,
+             command_id: str | None) -> None:
+        _command(ctx, incident_id, command, by, {field: text}, command_id)
+
+
+_one_text_verb("request-changes", "request_changes", "comment",
+               "Send it back to the authors (in_review -> draft).")
+_one_text_verb("approve", "approve_postmortem", "comment",
+               "Approve (in_review -> approved); the approver must not be an author.",
+               required=False)
+_one_text_verb("waive", "waive_postmortem", "reason",
+               "No postmortem for this incident, and why.")
 
 
 @postmortem.command("export")
@@ -176,10 +167,13 @@ def waive(ctx: click.Context, incident_id: str, reason: str, by: str | None,
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
 @click.pass_context
 def export_cmd(ctx: click.Context, incident_id: str, fmt: str, out: Path | None) -> None:
-    """Markdown (canonical), sanitised HTML, or JSON."""
+    """Markdown (canonical), sanitised HTML (styled like the review page), or JSON."""
     from jobtrail.views.postmortem import export
+    from processors.notify.message import Links
 
-    text = export(_state(ctx, incident_id), fmt, datetime.now(UTC).date())
+    settings = _settings(ctx)
+    text = export(_state(ctx, incident_id), fmt, datetime.now(UTC).date(),
+                  Links(api=settings.public_url, grafana=settings.grafana_url))
     if out is None:
         click.echo(text, nl=False)
     else:

@@ -133,7 +133,8 @@ async def read(request: web.Request) -> web.StreamResponse:
         fail(web.HTTPBadRequest, "format must be json, md or html")
     kind = "text/markdown" if fmt == "md" else "text/html"
     headers = {"Content-Security-Policy": CSP} if fmt == "html" else {}
-    return web.Response(text=export(inc, fmt, today), content_type=kind, charset="utf-8",
+    return web.Response(text=export(inc, fmt, today, _links(request)), content_type=kind,
+                        charset="utf-8",
                         headers=headers)
 
 
@@ -231,7 +232,7 @@ async def page(request: web.Request) -> web.Response:
     """The review page; a browser not signed in is sent to sign in (not shown JSON)."""
     from jobtrail.http.login import login_url
     from jobtrail.views.postmortem import CSP
-    from jobtrail.views.postmortem import page as render
+    from jobtrail.views.review import page as render
 
     try:
         who = principal(request)
@@ -242,21 +243,29 @@ async def page(request: web.Request) -> web.Response:
               "session": bool(request.get(SESSION))}
     # Referrer-Policy same-origin, not no-referrer: under no-referrer a browser sends
     # `Origin: null` on the page's own POSTs, which the CSRF check must refuse
-    return web.Response(text=render(inc, datetime.now(UTC).date(), viewer),
+    return web.Response(text=render(inc, datetime.now(UTC).date(), viewer,
+                                       _links(request, same_origin=True)),
                         content_type="text/html",
                         charset="utf-8", headers={"Content-Security-Policy": CSP,
                                                   "X-Content-Type-Options": "nosniff",
                                                   "Referrer-Policy": "same-origin"})
 
 
-async def static(request: web.Request) -> web.Response:
-    from jobtrail.views.postmortem import PAGE_CSS, PAGE_JS
+def _links(request: web.Request, *, same_origin: bool = False) -> Any:
+    """Where the links point: this server (the page's own origin, or the public URL for an
+    export read elsewhere) and Grafana."""
+    from processors.notify.message import Links
 
-    name = request.match_info["name"]
-    if name == "postmortem.js":
+    settings = request.app[SETTINGS]
+    return Links(api="" if same_origin else settings.public_url,
+                 grafana=settings.grafana_url)
+
+
+async def static(request: web.Request) -> web.Response:
+    """The page's one script (its stylesheet is inline, admitted by the CSP's hash)."""
+    from jobtrail.views.review import PAGE_JS
+
+    if request.match_info["name"] == "postmortem.js":
         return web.Response(text=PAGE_JS, content_type="text/javascript",
-                            headers={"X-Content-Type-Options": "nosniff"})
-    if name == "postmortem.css":
-        return web.Response(text=PAGE_CSS, content_type="text/css",
                             headers={"X-Content-Type-Options": "nosniff"})
     fail(web.HTTPNotFound, "no such file")

@@ -10,23 +10,64 @@ static file of ours.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 import re
 from dataclasses import asdict
 from datetime import date
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 import nh3
 from markdown_it import MarkdownIt
 
 from processors.incidents.model import Incident, IncidentEvent, fold
+from processors.notify.message import Links, incident_dashboard, job_timeline
 from processors.postmortem import draft
 from processors.postmortem.blameless import warnings
 from processors.postmortem.checklist import checklist
 
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+PAGE_CSS = """
+body { font: 15px/1.5 system-ui, sans-serif; color: #1d2329; background: #f5f6f8; margin: 0; }
+a { color: #0b5cad; } code { font: .9em ui-monospace, monospace; background: #eceff3;
+  padding: 0 .2em; border-radius: 3px; }
+.page { display: grid; grid-template-columns: minmax(0, 1fr) 21rem; gap: 1.25rem;
+  max-width: 80rem; margin: 0 auto; padding: 1rem 1.5rem; }
+.page.export { grid-template-columns: minmax(0, 1fr); max-width: 58rem; }
+header.top, main, .card { background: #fff; border: 1px solid #d8dde2; border-radius: 6px;
+  padding: .75rem 1.25rem; }
+header.top { grid-column: 1 / -1; } header.top p { margin: .2rem 0; }
+dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: .1rem 1rem;
+  margin: .5rem 0; } dl.facts dt { color: #5b6670; } dl.facts dd { margin: 0; }
+nav.links a { margin-right: 1.25rem; }
+main h1 { font-size: 1.5rem; margin-top: .25rem; }
+main h2 { font-size: 1.15rem; border-bottom: 1px solid #d8dde2; margin-top: 1.6rem; }
+table { border-collapse: collapse; font-size: .9rem; display: block; overflow-x: auto; }
+td, th { border: 1px solid #d8dde2; padding: .25rem .5rem; text-align: left;
+  vertical-align: top; }
+aside .card { margin-bottom: 1rem; } aside h2 { font-size: 1rem; margin: .2rem 0 .4rem; }
+aside ul { padding-left: 1.1rem; margin: 0; }
+li.open, li.overdue, li.missing { color: #a04000; } li.done { color: #17692f; }
+form { margin: .5rem 0; } label { display: block; font-size: .85rem; color: #5b6670; }
+input, textarea { font: inherit; width: 100%; box-sizing: border-box; padding: .3rem .4rem;
+  border: 1px solid #c3cad1; border-radius: 4px; } textarea { min-height: 5.5rem; }
+button { font: inherit; margin-top: .3rem; padding: .3rem .9rem; border-radius: 4px;
+  border: 1px solid #0b5cad; background: #0b5cad; color: #fff; cursor: pointer; }
+button.quiet { background: #fff; color: #0b5cad; }
+#outcome { color: #a04000; font-weight: 600; } #outcome:empty { display: none; }
+@media (max-width: 60rem) { .page { grid-template-columns: minmax(0, 1fr); } }
+@media print { aside, form { display: none; } body { background: #fff; } }
+"""
+"""One stylesheet for the review page and the HTML export, inlined in both (no external
+asset); the CSP admits exactly this text by its hash."""
+_STYLE = base64.b64encode(hashlib.sha256(PAGE_CSS.encode()).digest()).decode()
+CSP = ("default-src 'none'; script-src 'self'; "
+       f"style-src 'sha256-{_STYLE}'; connect-src 'self'; "
        "img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+EXPORT_CSP = CSP.removesuffix("; frame-ancestors 'none'")
+"""The export's, in a <meta> element (where browsers ignore frame-ancestors)."""
 _MD = MarkdownIt("js-default").enable("table")
 _TAGS = {"h1", "h2", "h3", "h4", "p", "em", "strong", "code", "pre", "ul", "ol", "li", "table",
          "thead", "tbody", "tr", "th", "td", "a", "blockquote", "hr", "br", "del"}
@@ -99,107 +140,69 @@ def document(inc: Incident, today: date | None = None) -> dict[str, Any]:
     }
 
 
-def export(inc: Incident, fmt: str, today: date | None = None) -> str:
+def export(inc: Incident, fmt: str, today: date | None = None,
+           links: Links | None = None) -> str:
     if fmt == "md":
         return neutralise_links(draft.markdown(inc))
     if fmt == "json":
         return json.dumps(document(inc, today), indent=2, sort_keys=True, default=str) + "\n"
     if fmt == "html":
-        return standalone_html(inc)
+        return standalone_html(inc, links or Links())
     raise ValueError(f"format must be md, html or json, not {fmt!r}")
 
 
-def standalone_html(inc: Incident) -> str:
-    """A self-contained HTML export (no script), for archiving or mail."""
-    title = html.escape(f"Postmortem {inc.id}")
-    return (f"<!doctype html><html><head><meta charset=\"utf-8\">"
-            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
-            f"<title>{title}</title></head><body><main>{to_html(draft.markdown(inc))}</main>"
-            f"</body></html>\n")
+def tracker_link(url: str) -> str:
+    """A follow-up's tracker URL as HTML: a link only for an http(s) URL with a host (the
+    URL is the tenant's text), escaped text otherwise."""
+    parts = urlsplit(url.strip())
+    shown = html.escape(url)
+    if parts.scheme.lower() in ("http", "https") and parts.netloc:
+        return (f"<a href=\"{html.escape(url.strip(), quote=True)}\" "
+                f"rel=\"noopener noreferrer\">{shown}</a>")
+    return shown
 
 
-def page(inc: Incident, today: date | None = None,
-         viewer: dict[str, Any] | None = None) -> str:
-    """The review page: the rendered postmortem, its checklist and warnings, and buttons that
-    call the API (static/postmortem.js; no inline script, the CSP forbids it). `viewer` is
-    who is signed in (name, role, the anti-CSRF token the buttons send, whether a session
-    can be ended here)."""
-    doc = document(inc, today)
+def facts(inc: Incident, links: Links) -> str:
+    """The block above the document on the page and in the export: the postmortem's state,
+    who is asked to review and who approved, the links (the incident, its dashboard, the
+    failed job's timeline at the incident's range and attempt) and the follow-ups'
+    trackers."""
     esc = html.escape
-    viewer = viewer or {}
-    csrf = esc(str(viewer.get("csrf") or ""))
-    logout = (f"<form id=\"logout\" method=\"post\" action=\"/auth/logout\">"
-              f"<input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">"
-              "<button>Sign out</button></form>") if viewer.get("session") else ""
-    signed_in = (f"<p id=\"viewer\">Signed in as <strong>{esc(str(viewer.get('name')))}"
-                 f"</strong> ({esc(str(viewer.get('role')))})</p>{logout}"
-                 if viewer.get("name") else "")
-    checklist_rows = "".join(
-        f"<li class=\"{esc(i['state'].replace('/', ''))}\" data-item=\"{esc(i['name'])}\">"
-        f"{esc(i['label'])}: {esc(i['state'])}"
-        f"{' (' + esc(i['detail']) + ')' if i['detail'] else ''}</li>"
-        for i in doc["checklist"])
-    warning_rows = "".join(
-        f"<li>{esc(w['section'])}: “{esc(w['found'])}” {esc(w['why'])}</li>"
-        for w in doc["warnings"]) or "<li>none</li>"
-    status = doc["postmortem"]["status"]
-    buttons = "".join(
-        f"<button type=\"button\" data-verb=\"{verb}\">{label}</button>"
-        for verb, label in (("draft", "Re-draft"), ("review", "Request review"),
-                            ("request-changes", "Request changes"), ("approve", "Approve"),
-                            ("publish", "Publish")))
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>Postmortem {esc(inc.id)}</title>
-<meta name="jobtrail-csrf" content="{csrf}">
-<link rel="stylesheet" href="/ui/postmortem.css">
-<script src="/ui/postmortem.js" defer></script>
-</head><body data-incident="{esc(inc.id)}">
-<header><p>Incident <code>{esc(inc.id)}</code> · {esc(inc.severity)} · incident
-{esc(inc.status)} · postmortem <strong id="pm-status">{esc(status)}</strong></p>
-{signed_in}
-<form id="review"><label>Comment <input name="comment"></label>{buttons}</form>
-<p id="outcome" role="status"></p></header>
-<aside><h2>Commander checklist</h2><ul id="checklist">{checklist_rows}</ul>
-<h2>Blameless check</h2><ul id="warnings">{warning_rows}</ul></aside>
-<main id="postmortem">{to_html(draft.markdown(inc))}</main>
-</body></html>
-"""
+    pm = inc.pm
+    job = next((j for j in sorted(inc.jobs.values(), key=lambda j: j.key)
+                if j.role == "failed"), None) or next(
+        (j for j in sorted(inc.jobs.values(), key=lambda j: j.key)), None)
+    until = inc.resolved_at or inc.mitigated_at or inc.last_signal_at or inc.opened_at
+    timeline = job_timeline(links.grafana, inc, job, until)
+    nav = [("link-incident", f"{links.api}/v1/incidents/{quote(inc.id)}",
+            "Incident in jobtrail"),
+           ("link-dashboard", incident_dashboard(links.grafana, inc), "Incident dashboard")]
+    if job is not None:
+        nav.append(("link-timeline", timeline,
+                    f"Job timeline: {job.job_id} attempt {job.attempt}"))
+    trackers = "".join(
+        f"<li><code>{esc(a.action_id)}</code> {esc(a.title)}: {tracker_link(a.tracker)}</li>"
+        for a in sorted(inc.actions.values(), key=lambda a: a.action_id) if a.tracker)
+    return (f"<dl class=\"facts\"><dt>Postmortem</dt><dd id=\"pm-status\">"
+            f"{esc(pm.status or 'not_drafted')}</dd>"
+            f"<dt>Owner</dt><dd>{esc(pm.owner or 'not named')}</dd>"
+            f"<dt>Review asked of</dt><dd id=\"reviewers\">"
+            f"{esc(', '.join(pm.reviewers)) or 'nobody yet'}</dd>"
+            f"<dt>Approved by</dt><dd id=\"approved-by\">{esc(pm.approved_by or 'not yet')}"
+            "</dd></dl><nav class=\"links\">"
+            + "".join(f"<a id=\"{i}\" href=\"{esc(u, quote=True)}\">{esc(t)}</a>"
+                      for i, u, t in nav)
+            + "</nav>"
+            + (f"<p>Trackers:</p><ul id=\"trackers\">{trackers}</ul>" if trackers else ""))
 
 
-PAGE_JS = """// The review buttons: each posts one postmortem command to the API (same origin), as
-// the signed-in principal, with the page's anti-CSRF token.
-document.addEventListener("DOMContentLoaded", () => {
-  const incident = document.body.dataset.incident;
-  const csrf = document.querySelector("meta[name=jobtrail-csrf]").content;
-  const form = document.getElementById("review");
-  const outcome = document.getElementById("outcome");
-  for (const button of form.querySelectorAll("button[data-verb]")) {
-    button.addEventListener("click", async () => {
-      const body = {command_id: "ui-" + crypto.randomUUID()};
-      const verb = button.dataset.verb;
-      // each verb takes its own fields (an unknown one is refused)
-      if (verb === "approve" || verb === "request-changes") {
-        body.comment = form.elements.comment.value;
-      }
-      if (verb === "review") body.reviewers = [];
-      const response = await fetch(
-        `/v1/incidents/${encodeURIComponent(incident)}/postmortem/${verb}`,
-        {method: "POST", headers: {"Content-Type": "application/json",
-                                   "X-Jobtrail-CSRF": csrf},
-         credentials: "same-origin", body: JSON.stringify(body)});
-      const answer = await response.json();
-      if (!response.ok) { outcome.textContent = answer.error; return; }
-      outcome.textContent = `${verb}: done`;
-      document.getElementById("pm-status").textContent = answer.postmortem.status;
-      setTimeout(() => window.location.reload(), 200);
-    });
-  }
-});
-"""
-
-PAGE_CSS = """body { font-family: system-ui, sans-serif; margin: 1rem 2rem; max-width: 80rem; }
-table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: .2rem .4rem; }
-aside { float: right; width: 22rem; margin-left: 1rem; font-size: .9rem; }
-li.open, li.overdue { color: #a40; } li.done { color: #060; }
-"""
+def standalone_html(inc: Incident, links: Links) -> str:
+    """A self-contained HTML export (no script, the page's stylesheet inlined), for
+    archiving or mail."""
+    title = html.escape(f"Postmortem {inc.id}")
+    return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta http-equiv=\"Content-Security-Policy\" content=\"{EXPORT_CSP}\">"
+            f"<title>{title}</title><style>{PAGE_CSS}</style></head><body>"
+            f"<div class=\"page export\"><header class=\"top\">{facts(inc, links)}</header>"
+            f"<main id=\"postmortem\">{to_html(draft.markdown(inc))}</main></div>"
+            f"</body></html>\n")

@@ -19,7 +19,7 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 from typing import Any
 
-from processors.notify.message import text
+from processors.notify.message import acknowledgement, text
 
 COLOURS = {"sev1": "#d32f2f", "sev2": "#f57c00", "sev3": "#fbc02d", "sev4": "#90a4ae"}
 
@@ -38,7 +38,7 @@ def _facts(msg: dict[str, Any]) -> list[tuple[str, str]]:
                    else f"{impact['jobs']} job(s), {impact['gpus']} GPUs, at risk "
                         f"{impact.get('at_risk_gpu_hours', 0)} GPU-h (not assessed yet)"),
         ("Recovery", inc.get("recovery_words") or inc["recovery"] or "n/a"),
-    ]
+    ] + ([("Acknowledged", acknowledgement(inc))] if inc.get("acknowledged_by") else [])
 
 
 def _links(msg: dict[str, Any]) -> list[tuple[str, str]]:

@@ -84,9 +84,7 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
         why=scrub(inc.severity_why or "no reason recorded"))
     recovery = recovery_of(jobs)
     first_job = next((j for j in jobs if j.role == "failed"), jobs[0] if jobs else None)
-    timeline = (f"{links.grafana}/d/jobtrail-job?var-project={quote(first_job.project)}"
-                f"&var-job={quote(first_job.job_id)}&var-attempt={first_job.attempt}"
-                + _range(inc, first_job, d.not_before) if first_job else "")
+    timeline = job_timeline(links.grafana, inc, first_job, d.not_before)
     failed = [j for j in jobs if j.role == "failed"]
     lost = round(sum(j.lost_gpu_hours for j in jobs), 2)
     assessed = lost > 0 or recovery == "verified"
@@ -94,6 +92,8 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
                                      .total_seconds()) / 3600 for j in failed
                         if j.last_checkpoint_at), 2) if not assessed else 0.0
     restored = next((j.restored_step for j in failed if j.restored_step is not None), None)
+    acked = inc.story.get(inc.stamps.get("acknowledged_at", "")) \
+        if inc.acknowledged_at else None
     proposals = sorted((a for a in inc.actions.values() if a.status in ("proposed", "open")),
                        key=lambda a: (a.status != "open", a.action_id))[:2]
     return {
@@ -114,6 +114,8 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
                       "explanation": scrub(inc.explanation)},
             "opened_at": inc.opened_at.isoformat() if inc.opened_at else None,
             "acknowledged": inc.acknowledged_at is not None,
+            "acknowledged_by": scrub(acked.by) if acked else "",
+            "acknowledged_at": acked.at.isoformat() if acked else None,
             "what": scrub(_what(inc, mine)),
             "impact": {"jobs": len(jobs), "gpus": sum(j.gpus for j in jobs),
                        "lost_gpu_hours": lost, "assessed": assessed,
@@ -133,13 +135,29 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
             "ack_command": f"jobtrail incident ack {inc.id}",
         },
         "links": {
-            "incident": f"{links.grafana}/d/jobtrail-incident?var-incident={quote(inc.id)}",
+            "incident": incident_dashboard(links.grafana, inc),
             "api": f"{links.api}/v1/incidents/{quote(inc.id)}",
             "timeline": timeline,
         },
         "digest": [{"incident": t.incident_id, "transition": t.transition,
                     "time": t.time.isoformat()} for t in transitions],
     }
+
+
+def incident_dashboard(grafana: str, inc: Incident) -> str:
+    """The incident's page in Grafana (the jobtrail-incident dashboard)."""
+    return f"{grafana}/d/jobtrail-incident?var-incident={quote(inc.id)}"
+
+
+def job_timeline(grafana: str, inc: Incident, job: Any, until: datetime | None) -> str:
+    """The job dashboard at `job`'s attempt and the incident's time range (up to `until`,
+    or the job's failure); '' without a job. Messages and the postmortem page link it."""
+    if job is None:
+        return ""
+    end = until or job.failed_at
+    return (f"{grafana}/d/jobtrail-job?var-project={quote(job.project)}"
+            f"&var-job={quote(job.job_id)}&var-attempt={job.attempt}"
+            + (_range(inc, job, end) if end else ""))
 
 
 def _range(inc: Incident, job: Any, until: datetime) -> str:
@@ -177,6 +195,14 @@ def _impact_line(inc: dict[str, Any]) -> str:
                    if impact["other_projects"] else "")
 
 
+def acknowledgement(inc: dict[str, Any]) -> str:
+    """Who acknowledged the incident and when, in words ('' when nobody has)."""
+    if not inc.get("acknowledged_by"):
+        return ""
+    at = datetime.fromisoformat(inc["acknowledged_at"]) if inc.get("acknowledged_at") else None
+    return f"by {inc['acknowledged_by']}" + (f" at {at:%Y-%m-%d %H:%M} UTC" if at else "")
+
+
 def text(msg: dict[str, Any]) -> str:
     """The plain-text body every channel starts from."""
     inc = msg["incident"]
@@ -193,6 +219,8 @@ def text(msg: dict[str, Any]) -> str:
               _impact_line(inc),
               f"Recovery: {inc.get('recovery_words') or inc['recovery'] or 'n/a'}; "
               f"status {inc['status']}"]
+    if inc.get("acknowledged_by"):
+        lines.append(f"Acknowledged: {acknowledgement(inc)}")
     lines += [f"Proposed: {a['title']} ({a['command']})" for a in inc.get("actions", [])]
     if msg["links"].get("ack"):
         lines.append(f"Acknowledge: {msg['links']['ack']} (or {inc['ack_command']})")
