@@ -47,4 +47,6 @@ V=${JOBTRAIL_VENV:-.venv}/bin
 "$V/jobtrail" dev kafka fetch
 "$V/ruff" check .
 "$V/mypy"
+# browser tests save their screenshots here (the review page in each state)
+export JOBTRAIL_TEST_ARTEFACTS="${JOBTRAIL_TEST_ARTEFACTS:-$PWD/test-artefacts}"
 "$V/python" -m pytest -p no:cacheprovider "$@"
