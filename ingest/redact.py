@@ -260,3 +260,20 @@ def clip(text: str, limit: int) -> str:
         return redact_text(text)[:limit]
     head = redact_text(text[:limit + _CLIP_MARGIN])
     return head[:min(limit, max(0, len(head) - _TOKEN_SPAN))]
+
+
+def error_text(exc: BaseException, limit: int = 500) -> str:
+    """What went wrong, never the input: a pydantic error lists where and why without the
+    value it echoes (it shows a cut head and tail of the input, and a token's tail matches
+    no pattern); anything else is redacted."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            items = errors(include_url=False, include_input=False)
+        except TypeError:
+            items = None
+        if isinstance(items, list) and items:
+            return clip("; ".join(
+                f"{'.'.join(str(p) for p in e.get('loc', ())) or 'value'}: {e.get('msg', '')}"
+                for e in items[:5]), limit)
+    return clip(str(exc), limit)

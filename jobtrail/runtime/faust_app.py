@@ -31,7 +31,7 @@ import faust
 
 from ingest.adapters import registry
 from ingest.raw import decode_raw, text_headers
-from ingest.redact import clip
+from ingest.redact import clip, error_text
 from jobtrail.config import Settings
 from jobtrail.runtime.build import build_sink, open_store
 from jobtrail.runtime.kafka_io import PartitionReader, Record, batch_by_cluster, sign, signed
@@ -260,7 +260,7 @@ def create_app(settings: Settings) -> faust.App:
                     # a foreign record on our DLQ topic is itself kept, not dropped
                     letters.append(DeadLetter(
                         id=DeadLetter.make_id("dlq.decode", clip(repr(e.value), 10000), ""),
-                        stage="dlq.decode", reason=clip(f"not a dead letter: {exc}", 500),
+                        stage="dlq.decode", reason=f"not a dead letter: {error_text(exc)}",
                         payload=clip(repr(e.value), 10000), event_ref=f"dlq@{e.message.offset}",
                         received_at=_ts(e.message.timestamp or 0.0)))
             records = [r for part in _records(list(batch)).values() for r in part]

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ingest.redact import clip
+from ingest.redact import clip, error_text
 from jobtrail.runtime.kafka_io import PartitionReader, Record
 from jobtrail.runtime.sink import Sink
 from jobtrail.runtime.snapshot import adopt, dumps, loads
@@ -268,7 +268,7 @@ class Shards:
                 text = record.value.decode("utf-8", "replace")
                 letters.append(DeadLetter(
                     id=DeadLetter.make_id("incident.command", text, record.where),
-                    stage="incident.command", reason=clip(str(exc), 500),
+                    stage="incident.command", reason=error_text(exc),
                     payload=clip(text, 10000), event_ref=record.where,
                     received_at=datetime.fromtimestamp(record.timestamp, tz=UTC)))
             shard.positions[stream] = record.offset

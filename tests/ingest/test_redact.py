@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ingest.canonical import decode, to_event
-from ingest.redact import MASK, is_sensitive_key, redact_text, redact_value
+from ingest.redact import MASK, error_text, is_sensitive_key, redact_text, redact_value
 from schemas.dead_letters import DeadLetter
 from tests.conftest import OBSERVED
 
@@ -72,3 +72,24 @@ def test_dead_letter_payload_is_redacted() -> None:
     letters = decode(raw, producer="t", observed_at=OBSERVED)
     assert isinstance(letters[0], DeadLetter)
     assert "hunter22" not in letters[0].payload
+
+
+@pytest.mark.parametrize("model", ["dead letter", "command"])
+def test_an_error_about_a_record_never_echoes_its_input(model: str) -> None:
+    # pydantic shows a cut head and tail of the input it refused; a token's tail matches no
+    # pattern, so the message a dead letter keeps must not carry the input at all (found by
+    # the Kafka credential corpus: a JWT's last 23 characters in a foreign DLQ record's reason)
+    from processors.incidents.model import Command
+    from tests.credentials import _kinds, fragments
+
+    target = DeadLetter if model == "dead letter" else Command
+    for secret in _kinds():
+        for raw in (b"not a record " + secret.value.encode(),
+                    json.dumps({"command_id": secret.value, "x": secret.value}).encode()):
+            with pytest.raises(ValueError) as caught:
+                target.model_validate_json(raw)
+            text = error_text(caught.value)
+            assert text and not any(part in text for needle in secret.needles
+                                    for part in fragments(needle)), (secret.kind, text)
+    assert "line 1 column" in error_text(caught.value) or "Field required" in error_text(
+        caught.value)
