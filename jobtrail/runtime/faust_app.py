@@ -41,7 +41,24 @@ from processors.incidents.model import IncidentEvent
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 
+MESSAGE_BYTES = 512 * 1024
+"""An incident-events message holds JSON lines up to this size (the producer's limit is 1 MB)."""
 log = logging.getLogger("jobtrail.worker")
+
+
+def message_chunks(lines: list[bytes], limit: int = MESSAGE_BYTES) -> list[bytes]:
+    """JSON lines joined into messages of at most `limit` bytes (a line longer than that
+    goes alone), in order."""
+    out: list[list[bytes]] = [[]]
+    size = 0
+    for line in lines:
+        if out[-1] and size + len(line) + 1 > limit:
+            out.append([])
+            size = 0
+        out[-1].append(line)
+        size += len(line) + 1
+    return [b"\n".join(part) for part in out if part]
+
 
 EXIT_STORE_UNAVAILABLE = 70
 EXIT_PARTIAL_STORE = 78  # EX_CONFIG: the store is not the one the consumer group wrote to
@@ -115,15 +132,17 @@ def create_app(settings: Settings) -> faust.App:
 
     loop_box: dict[str, asyncio.AbstractEventLoop] = {}
 
+
     async def send_incidents(events: list[IncidentEvent]) -> None:
         # one message per incident and batch, its events as JSON lines in seq order: a
         # message per event cost more than processing the event (the send path is Python)
+        # (several messages when they would pass MESSAGE_BYTES: the producer refuses > 1 MB)
         by_incident: dict[str, list[bytes]] = {}
         for e in events:
             by_incident.setdefault(e.incident_id, []).append(e.to_json().encode())
         futures = [await app.producer.send(incident_topic.get_topic_name(), key.encode(),
-                                           b"\n".join(lines), None, None, None)
-                   for key, lines in by_incident.items()]
+                                           message, None, None, None)
+                   for key, lines in by_incident.items() for message in message_chunks(lines)]
         for fut in futures:
             await fut
 

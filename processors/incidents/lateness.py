@@ -18,9 +18,10 @@ behind the watermark; checkpoints are taken every `horizon / 4` of event time (a
 older than that is decided in arrival order, where it arrived (and replayed there again by a
 later re-evaluation), by the concerns' own late paths (`cause.late`, late attribution).
 Cost: a late event replays the window after its checkpoint; events in order cost nothing.
-Events at one instant are ordered by `tier` (infrastructure, an attempt's start, its
-progress, what happened to it), then id, so a same-instant cause is never "late" for the
-symptom beside it. Pure: no clock, ids derived; the same input in the same order gives the
+Events at one instant are ordered infrastructure first, then jobs' events (then by id),
+so a same-instant cause is never "late" for the symptom beside it (a node's not-ready and
+its job's requeue are often stamped the same millisecond); among a job's own events the id
+decides, as before. Pure: no clock, ids derived; the same input in the same order gives the
 same log whatever the batching.
 """
 
@@ -60,19 +61,6 @@ MAX_CHECKPOINTS = 12
 recent ones, which most late events use, stay dense)."""
 
 
-_STARTS = frozenset({"job.submitted", "job.pending", "job.started", "job.resumed"})
-_PROGRESS = frozenset({"job.step", "checkpoint.saved", "checkpoint.restored"})
-
-
-def tier(event: Event) -> str:
-    """Events at one instant are decided in one order whatever order they arrived in: what
-    the infrastructure reported (a cause), then an attempt's start, its progress, and last
-    what happened to it (a symptom, an end). An id decides within a tier."""
-    if not event.job_id:
-        return "0"
-    return "1" if event.type in _STARTS else "2" if event.type in _PROGRESS else "3"
-
-
 @dataclass
 class Checkpoint:
     position: Position | None  # the last event folded into `book` (None: the beginning)
@@ -102,7 +90,7 @@ class Lateness:
                 rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
         if not self.checkpoints:
             self.checkpoints.append(Checkpoint(None, pickle.dumps(d.book)))
-        position = (event.time, f"{tier(event)}{event.id}")
+        position = (event.time, f"{'1' if event.job_id else '0'}{event.id}")
         if self.head is not None and position <= self.head:
             base = self._base(position)
             if base is not None:
