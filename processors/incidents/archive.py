@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Collection, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 from processors.incidents.model import Incident, IncidentEvent, fold
@@ -28,12 +29,15 @@ class Archive(Protocol):
         ...
 
 
-Recall = Callable[[str], Incident | None]
+Recall = Callable[[str, int | None], Incident | None]
+"""(incident, the last seq it had when evicted, if known) -> its state, or None."""
 
 
 def recall_from(archive: Archive) -> Recall:
-    def recall(incident_id: str) -> Incident | None:
-        events = list(archive.log(incident_id))
+    def recall(incident_id: str, upto: int | None) -> Incident | None:
+        # a replay after a restart reads a log that may already hold what it is about to
+        # decide again: the incident comes back as it was when it left
+        events = [e for e in archive.log(incident_id) if upto is None or e.seq <= upto]
         return fold(events).get(incident_id) if events else None
     return recall
 
@@ -46,14 +50,18 @@ class Incidents(dict[str, Incident]):
     related: Callable[[Collection[str]], Sequence[str]] | None = None
     recalled: list[tuple[str, bytes]]
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
+    def __init__(self, items: Any = (),
+                 evicted: dict[str, tuple[int, datetime]] | None = None) -> None:
+        super().__init__(items)
         self.recalled = []
         """(id, its state as folded back) since the runtime last looked (`lateness`)."""
+        self.evicted: dict[str, tuple[int, datetime]] = evicted or {}
+        """id -> (its last seq, the watermark) when it left: it comes back as it was then.
+        Kept for `Eviction.remember`."""
 
     def __reduce__(self) -> Any:
         # the recall callable is the runtime's (a store); a copy holds the incidents only
-        return (Incidents, (dict(self),))
+        return (Incidents, (dict(self), dict(self.evicted)))
 
     def bound(self, archive: Archive | None) -> Incidents:
         self.recall = recall_from(archive) if archive is not None else None
@@ -74,16 +82,26 @@ class Incidents(dict[str, Incident]):
         prior ones)."""
         if self.related is not None and entities:
             for incident_id in self.related(entities):
-                self.get(incident_id)
+                self.fetch(incident_id)
 
-    def _back(self, incident_id: str) -> Incident | None:
-        if self.recall is None:
+    def _back(self, incident_id: str, known: bool = False) -> Incident | None:
+        """Fold an evicted incident back. The detector asks only for those it evicted (an id
+        the log holds but memory never did is a decision a replay is about to take again);
+        `known`: a person's command, for any incident of the log."""
+        left = self.evicted.get(incident_id)
+        if self.recall is None or (left is None and not known):
             return None
-        inc = self.recall(incident_id)
+        inc = self.recall(incident_id, left[0] if left else None)
         if inc is not None:
+            self.evicted.pop(incident_id, None)
             self.recalled.append((incident_id, pickle.dumps(inc)))
             dict.__setitem__(self, incident_id, inc)
         return inc
+
+    def fetch(self, incident_id: str) -> Incident | None:
+        """In memory, or from the log (a command on an incident evicted long ago)."""
+        found = dict.get(self, incident_id)
+        return found if found is not None else self._back(incident_id, known=True)
 
     def __missing__(self, incident_id: str) -> Incident:
         inc = self._back(incident_id)

@@ -198,7 +198,7 @@ class Book:
         why not); a command id seen before returns []."""
         from processors.postmortem.commands import decide
 
-        state = self.incidents.get(command.incident_id)
+        state = self.incidents.fetch(command.incident_id)
         if state is not None and command.command_id in state.commands:
             return []
         if command.command == "draft_postmortem" and state is not None:
@@ -228,7 +228,7 @@ class Book:
         """Rebuild the incidents and their indexes from the log (and the known attempts),
         when no snapshot can be used."""
         self.jobs.update(jobs)
-        self.incidents = Incidents(fold(list(log))).like(self.incidents)
+        self.incidents = Incidents(fold(list(log)), self.incidents.evicted).like(self.incidents)
         for inc in self.incidents.values():
             if inc.active and inc.key:
                 self.open[inc.key] = inc.id

@@ -33,6 +33,9 @@ class Eviction:
     """Settled (resolved, closed, withdrawn) and quiet this long."""
     quiet_after: timedelta | None = timedelta(hours=24)
     """Still active but with no new decision this long (nobody resolved it)."""
+    remember: timedelta = timedelta(days=30)
+    """How long an evicted incident's last seq is kept: a replay after a restart folds it
+    back as it left, not with what the log gained since."""
 
 
 def settled(inc: Incident) -> bool:
@@ -58,11 +61,27 @@ def evict(book: Book, rule: Eviction, busy: Collection[str]) -> list[str]:
             continue
         gone.append(inc_id)
     for inc_id in gone:
+        book.incidents.evicted[inc_id] = (book.incidents[inc_id].seq, now)
         dict.__delitem__(book.incidents, inc_id)
         book.last_touch.pop(inc_id, None)
         book.folded.pop(inc_id, None)
         book.opened_observed.pop(inc_id, None)
+    cut = now - rule.remember
+    if any(at < cut for _, at in book.incidents.evicted.values()):
+        held = _referenced(book)
+        book.incidents.evicted = {i: v for i, v in book.incidents.evicted.items()
+                                  if v[1] >= cut or i in held}
     return gone
+
+
+def _referenced(book: Book) -> set[str]:
+    """Incidents the detector's indexes still point at (it must be able to fold them
+    back however long ago they left)."""
+    out = {*book.open.values(), *book.resolved.values(), *book.by_attempt.values()}
+    out |= {i for held in book.pending.values() for i, _ in held}
+    out |= {ref for _, _, _, ref, _ in book.timers}
+    out |= {t.split("/", 1)[0] for seen in book.node_incidents.values() for t in seen}
+    return out
 
 
 def prune(book: Book, horizon: datetime, offender_window: timedelta) -> None:

@@ -210,19 +210,20 @@ class Lateness:
 
 
     def _as_at(self, since: Position | None, touched: set[str], resident: set[str],
-               recall: Callable[[str], Incident | None]) -> Callable[[str], Incident | None]:
+               recall: Callable[[str, int | None], Incident | None],
+               ) -> Callable[[str, int | None], Incident | None]:
         """Folding back for a replay from the checkpoint at `since`: an incident evicted
         then comes back as it was there (its log, or its state when a later recall took it
         back); one written only after it, or held in memory but not in the checkpoint (a
         withdrawn one), does not exist there."""
-        def at_checkpoint(inc_id: str) -> Incident | None:
+        def at_checkpoint(inc_id: str, upto: int | None) -> Incident | None:
             kept = self.recalls.get(inc_id)
             if kept is not None and (since is None or kept[0] > since):
                 state: Incident = pickle.loads(kept[1])  # noqa: S301 - our own bytes
                 return state
             if inc_id in touched or inc_id in resident:
                 return None
-            return recall(inc_id)
+            return recall(inc_id, upto)
         return at_checkpoint
 
     def _held_back(self, book: Book, since: Position | None, at: Position) -> None:
@@ -342,8 +343,8 @@ def _rename(book: Book, names: dict[str, str]) -> None:
 
     for old in names.keys() & book.incidents.keys():
         book.incidents[old].id = names[old]
-    book.incidents = Incidents({n(k): v for k, v in book.incidents.items()}).like(
-        book.incidents)
+    book.incidents = Incidents({n(k): v for k, v in book.incidents.items()},
+                               book.incidents.evicted).like(book.incidents)
     book.open = {k: n(v) for k, v in book.open.items()}
     book.resolved = {k: n(v) for k, v in book.resolved.items()}
     book.by_attempt = {k: n(v) for k, v in book.by_attempt.items()}
