@@ -82,7 +82,10 @@ class Load:
                 "attributes": {"nodes": nodes, "gpus": 8 * NODES_PER_JOB}}
 
     def opening(self) -> list[dict[str, Any]]:
-        return [self.start() for _ in range(self.open_jobs - len(self.running))]
+        # in (time, id) order: the detector re-evaluates an event that arrives behind one
+        # it already saw, and these all share one time
+        return sorted((self.start() for _ in range(self.open_jobs - len(self.running))),
+                      key=lambda r: r["id"])
 
     def batch(self, n: int) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
