@@ -7,16 +7,18 @@ a store or broker in the process. Three figures:
 1. topology: RSS after loading fat-tree wirings of 500 to 4,000 nodes (one child process each);
 2. attempts: RSS as 5k, 10k and 20k attempts are open at once on the 4,000-node wiring
    (8 nodes each), with the size of the saved state (`snapshot.dumps`);
-3. soak: a steady stream for `--minutes` (30 for the issue's figure) with the attempts
-   churning (a job runs 1-3 h of event time, completes, and a new one starts, so 20k stay
-   open): steps, ECC events (5 %), NCCL timeouts (0.01 %, each opening or joining an
-   incident), one event per `--spacing-ms` of event time (3 ms: a step a minute from each of
-   20k jobs; the hang rule's 15 min stays far). RSS is
-   sampled every `--minutes / 10`; printed with the count of jobs, attempts in the membership
-   index, incidents and waiting events, and the slope over the second half (MB per 10 min),
-   the figure that says flat or not.
+3. soak: a steady stream for `--minutes` of wall time or `--event-hours` of event time,
+   whichever ends first (120 min for the issue's figure), with the attempts churning (a job
+   runs 1-3 h of event time, completes, and a new one starts, so 20k stay open): steps, ECC
+   events (5 %), NCCL timeouts (`--incident-rate`, each opening an incident), one event per
+   `--spacing-ms` of event time (3 ms: a step a minute from each of 20k jobs; the hang rule's
+   15 min stays far). Incidents open and close: a person resolves each `--resolve-after-min`
+   after it opened (event time), and the pipeline evicts it `--evict-after-min` later; the
+   store it is read back from is a SQLite file (`FileArchive`), outside the measured state.
+   RSS is sampled every `--minutes / 10`; printed with what each structure holds (`sizes`)
+   and the slope over the second half (MB per 10 min), the figure that says flat or not.
 
-    python -m bench.memory --minutes 30
+    python -m bench.memory --soak-only --minutes 120
 """
 
 from __future__ import annotations
@@ -56,8 +58,10 @@ def _iso(t: datetime) -> str:
 class Load:
     """Canonical records of a fleet whose `open_jobs` attempts churn."""
 
-    def __init__(self, nodes: int, open_jobs: int, seed: int = 16, spacing_ms: int = 3) -> None:
+    def __init__(self, nodes: int, open_jobs: int, seed: int = 16, spacing_ms: int = 3,
+                 incident_rate: float = 0.0001) -> None:
         self.nodes, self.open_jobs = nodes, open_jobs
+        self.incident_rate = incident_rate
         self.spacing = timedelta(milliseconds=spacing_ms)
         self.rng = random.Random(seed)
         self.next_job = 0
@@ -78,7 +82,10 @@ class Load:
                 "attributes": {"nodes": nodes, "gpus": 8 * NODES_PER_JOB}}
 
     def opening(self) -> list[dict[str, Any]]:
-        return [self.start() for _ in range(self.open_jobs - len(self.running))]
+        # in (time, id) order: the detector re-evaluates an event that arrives behind one
+        # it already saw, and these all share one time
+        return sorted((self.start() for _ in range(self.open_jobs - len(self.running))),
+                      key=lambda r: r["id"])
 
     def batch(self, n: int) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -103,7 +110,7 @@ class Load:
                 out.append({**base, "type": "node.ecc", "scope": "gpu",
                             "entity": f"{node}/gpu0", "node": node,
                             "attributes": {"gpu": "0", "kind": "sbe", "count": 1}})
-            elif roll < 0.0501:
+            elif roll < 0.05 + self.incident_rate:
                 out.append({**base, "type": "comm.nccl_timeout", "project": project,
                             "job_id": job, "attempt": 1, "severity": "error",
                             "message": "Watchdog caught collective operation timeout",
@@ -130,12 +137,85 @@ def _pipeline(nodes: int) -> Any:
     return Pipeline(timedelta(seconds=30), _wiring(nodes))
 
 
-def _sizes(pipeline: Any) -> dict[str, int]:
-    book = pipeline.detector.book
+def sizes(pipeline: Any) -> dict[str, int]:
+    """What each structure of a partition's state holds (entries)."""
+    book, late = pipeline.detector.book, pipeline.reorder
     return {"jobs": len(pipeline.jobs), "placed": len(pipeline.membership._placed),
             "waiting": sum(len(v) for v in pipeline._waiting.values()),
-            "incidents": len(book.incidents), "progress": len(book.progress),
-            "signals": len(book.signals)}
+            "attributed": len(pipeline._attributed),
+            "incidents": len(book.incidents.resident()), "evicted": len(book.incidents.evicted),
+            "open": len(book.open), "resolved": len(book.resolved),
+            "by_attempt": len(book.by_attempt), "pending": len(book.pending),
+            "detector_jobs": len(book.jobs), "progress": len(book.progress),
+            "signals": len(book.signals), "counts": len(book.counts),
+            "timers": len(book.timers), "node_incidents": len(book.node_incidents),
+            "symptom_counts": len(book.symptom_counts), "last_touch": len(book.last_touch),
+            "journal": len(late.journal), "checkpoints": len(late.checkpoints),
+            "touched": len(late.touched), "recalls": len(late.recalls)}
+
+
+_sizes = sizes
+
+
+class FileArchive:
+    """The store stand-in evicted incidents are read back from: a SQLite file, so the log
+    the soak writes is not in the measured memory."""
+
+    def __init__(self, path: str = ":memory:") -> None:
+        import sqlite3
+
+        self.db = sqlite3.connect(path)
+        self.db.execute("CREATE TABLE IF NOT EXISTS log (incident TEXT, seq INT, body TEXT)")
+        self.db.execute("CREATE INDEX IF NOT EXISTS by_incident ON log (incident)")
+        self.reads = 0
+
+    def add(self, events: list[Any]) -> None:
+        self.db.executemany("INSERT INTO log VALUES (?, ?, ?)",
+                            [(e.incident_id, e.seq, e.to_json()) for e in events])
+
+    def log(self, incident_id: str) -> list[Any]:
+        from processors.incidents.model import IncidentEvent
+
+        self.reads += 1
+        rows = self.db.execute("SELECT body FROM log WHERE incident = ? ORDER BY seq",
+                               (incident_id,)).fetchall()
+        return [IncidentEvent.model_validate_json(r[0]) for r in rows]
+
+    def on_entities(self, entities: Any) -> list[str]:
+        return []
+
+
+class Churn:
+    """Drives a pipeline like a runtime: each batch's incident events to the archive, and a
+    person resolving every incident `resolve_after` after it opened (event time)."""
+
+    def __init__(self, pipeline: Any, load: Load, archive: Any,
+                 resolve_after: timedelta) -> None:
+        self.pipeline, self.load, self.archive = pipeline, load, archive
+        self.resolve_after = resolve_after
+        self.opened: dict[str, datetime] = {}
+        self.resolved = 0
+
+    def step(self, batch: int) -> int:
+        from processors.incidents.model import Actor, Command, InvalidTransition
+
+        chunk = self.load.batch(batch)
+        out = self.pipeline.process(_events(chunk))
+        self.archive.add(out.incidents)
+        self.opened.update({e.incident_id: e.time for e in out.incidents if e.kind == "opened"})
+        due = sorted(i for i, at in self.opened.items() if self.load.t - at >= self.resolve_after)
+        for inc_id in due:
+            del self.opened[inc_id]
+            try:
+                done = self.pipeline.command(Command(
+                    command_id=f"resolve-{inc_id}", incident_id=inc_id, command="resolve",
+                    actor=Actor(kind="person", name="sre"), time=self.load.t,
+                    data={"summary": "bench"})).incidents
+            except InvalidTransition:  # merged into another by a late event: closed
+                continue
+            self.archive.add(done)
+            self.resolved += bool(done)
+        return len(chunk)
 
 
 def topology_child(nodes: int) -> dict[str, Any]:
@@ -168,10 +248,17 @@ def attempts(nodes: int, steps: tuple[int, ...]) -> list[dict[str, Any]]:
 
 
 def soak(nodes: int, open_jobs: int, minutes: float, batch: int, spacing_ms: int,
-         retention_h: float) -> dict[str, Any]:
+         retention_h: float, event_hours: float = 1e9, incident_rate: float = 0.0001,
+         resolve_after_min: float = 20, evict_after_min: float = 10) -> dict[str, Any]:
+    from processors.incidents.eviction import Eviction
+
     pipeline = _pipeline(nodes)
     pipeline.job_retention = timedelta(hours=retention_h)
-    load = Load(nodes, open_jobs, spacing_ms=spacing_ms)
+    archive = FileArchive()
+    pipeline.archive(archive, Eviction(after=timedelta(minutes=evict_after_min),
+                                       quiet_after=timedelta(hours=retention_h)))
+    load = Load(nodes, open_jobs, spacing_ms=spacing_ms, incident_rate=incident_rate)
+    churn = Churn(pipeline, load, archive, timedelta(minutes=resolve_after_min))
     opening = load.opening()
     for i in range(0, len(opening), batch):
         pipeline.process(_events(opening[i:i + batch]))
@@ -186,23 +273,27 @@ def soak(nodes: int, open_jobs: int, minutes: float, batch: int, spacing_ms: int
         now = time.monotonic()
         if now >= next_sample or now >= deadline:
             gc.collect()
+            hours = (load.t - T0).total_seconds() / 3600
             samples.append({"minute": round((now - started) / 60, 1), "events": events,
-                            "rss_mb": round(rss_mb(), 1), **_sizes(pipeline),
-                            "event_hours": round((load.t - T0).total_seconds() / 3600, 1)})
+                            "rss_mb": round(rss_mb(), 1), "event_hours": round(hours, 2),
+                            "attempts_started": load.next_job,
+                            "incidents_opened": churn.resolved + len(churn.opened),
+                            "incidents_resolved": churn.resolved,
+                            "archive_reads": archive.reads, **sizes(pipeline)})
             print(json.dumps(samples[-1]), flush=True)
             next_sample = now + every
-            if now >= deadline:
+            if now >= deadline or hours >= event_hours:
                 break
-        chunk = load.batch(batch)
-        pipeline.process(_events(chunk))
-        events += len(chunk)
+        events += churn.step(batch)
     half = [s for s in samples if s["minute"] >= minutes / 2]
     span = max(half[-1]["minute"] - half[0]["minute"], 1e-9)
     slope = (half[-1]["rss_mb"] - half[0]["rss_mb"]) / span * 10
     return {"minutes": minutes, "events": events,
             "events_per_s": round(events / max(time.monotonic() - started, 1e-9)),
             "rss_start_mb": samples[0]["rss_mb"], "rss_end_mb": samples[-1]["rss_mb"],
-            "slope_second_half_mb_per_10min": round(slope, 1), "final": _sizes(pipeline)}
+            "slope_second_half_mb_per_10min": round(slope, 1),
+            "attempts_started": load.next_job, "incidents_resolved": churn.resolved,
+            "first": samples[0], "final": sizes(pipeline)}
 
 
 def main() -> None:
@@ -215,10 +306,20 @@ def main() -> None:
     parser.add_argument("--retention-h", type=float, default=2.0,
                         help="ended jobs kept this long (event time; 24 h in service, "
                              "shortened like the soak's time)")
+    parser.add_argument("--event-hours", type=float, default=1e9,
+                        help="end the soak after this much event time")
+    parser.add_argument("--incident-rate", type=float, default=0.0001,
+                        help="share of events that are an NCCL timeout (an incident)")
+    parser.add_argument("--resolve-after-min", type=float, default=20.0)
+    parser.add_argument("--evict-after-min", type=float, default=10.0)
+    parser.add_argument("--soak-only", action="store_true")
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
         print(json.dumps(topology_child(opts.child)))
+        return
+    if opts.soak_only:
+        _soak(opts)
         return
     print("topology (one process each):")
     for nodes in (500, 1000, 2000, opts.nodes):
@@ -229,9 +330,15 @@ def main() -> None:
     steps = tuple(sorted({opts.attempts // 4, opts.attempts // 2, opts.attempts}))
     for row in attempts(opts.nodes, steps):
         print("  " + json.dumps(row), flush=True)
-    print(f"soak, {opts.minutes} min, {opts.attempts} attempts churning:")
+    _soak(opts)
+
+
+def _soak(opts: argparse.Namespace) -> None:
+    print(f"soak, {opts.minutes} min, {opts.attempts} attempts churning:", flush=True)
     print(json.dumps(soak(opts.nodes, opts.attempts, opts.minutes, opts.batch,
-                                opts.spacing_ms, opts.retention_h), indent=2))
+                          opts.spacing_ms, opts.retention_h, opts.event_hours,
+                          opts.incident_rate, opts.resolve_after_min, opts.evict_after_min),
+                     indent=2))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,10 @@ def _float(env: Mapping[str, str], key: str, default: float) -> float:
         raise ValueError(f"{key} must be a number, got {raw!r}") from None
 
 
+def _never(seconds: float) -> float | None:
+    return None if seconds < 0 else seconds
+
+
 @dataclass(frozen=True)
 class Settings:
     home: Path = Path("var")
@@ -78,6 +82,12 @@ class Settings:
     lateness_s: float = 600.0
     """How far behind the newest event time an event may arrive and still be attributed to
     an attempt that starts later."""
+    evict_after_s: float | None = 3600.0
+    """A settled (resolved, closed, withdrawn) incident leaves the worker's memory after this
+    long without a new decision (event time); it is folded back from `incident_log` when
+    needed. Negative: never (the detector keeps every incident it decided)."""
+    evict_quiet_s: float | None = 86400.0
+    """The same for an incident still active but without a new decision this long."""
     topology_file: Path | None = None
     http_host: str = "127.0.0.1"
     http_port: int = 8080
@@ -197,6 +207,8 @@ class Settings:
             wire_key=(env.get("JOBTRAIL_WIRE_KEY") or "").encode(),
             attribution_slack_s=_float(env, "JOBTRAIL_ATTRIBUTION_SLACK_S", 30.0),
             lateness_s=_float(env, "JOBTRAIL_LATENESS_S", 600.0),
+            evict_after_s=_never(_float(env, "JOBTRAIL_EVICT_AFTER_S", 3600.0)),
+            evict_quiet_s=_never(_float(env, "JOBTRAIL_EVICT_QUIET_S", 86400.0)),
             topology_file=Path(env["JOBTRAIL_TOPOLOGY"]) if env.get("JOBTRAIL_TOPOLOGY") else None,
             http_host=env.get("JOBTRAIL_HTTP_HOST") or "127.0.0.1",
             http_port=_int(env, "JOBTRAIL_HTTP_PORT", 8080),

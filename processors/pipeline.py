@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from processors.attempts import LIFECYCLE_TYPES, Attempt, JobRecord, evolve
+from processors.incidents.archive import Archive
 from processors.incidents.detector import Detector
+from processors.incidents.eviction import Eviction, evict, prune
 from processors.incidents.lateness import Lateness
 from processors.incidents.model import Command, Incident, IncidentEvent
 from processors.incidents.rules import Rules, load_rules
@@ -52,7 +54,7 @@ class Pipeline:
     def __init__(self, slack: timedelta = timedelta(seconds=30),
                  topology: Topology | None = None,
                  lateness: timedelta = timedelta(minutes=10), rules: Rules | None = None,
-                 ) -> None:
+                 eviction: Eviction | None = None) -> None:
         self.jobs: dict[tuple[str, str], JobRecord] = {}
         self.detector = Detector(rules or load_rules(), lambda: self.topology)
         self.membership = Membership(slack)
@@ -65,6 +67,15 @@ class Pipeline:
         self._attributed: dict[str, set[tuple[str, str, int]]] = {}
         self.job_retention = max(JOB_RETENTION, lateness)
         self._swept: datetime | None = None
+        self.eviction = eviction or Eviction()
+        """When incidents leave memory; only once an archive is bound (`archive`)."""
+
+    def archive(self, archive: Archive | None, eviction: Eviction | None = None) -> None:
+        """Where evicted incidents are folded back from (None: nothing is evicted). Bound
+        by the runtime at start and after loading a snapshot: it is never saved."""
+        self.detector.book.incidents.bound(archive)
+        if eviction is not None:
+            self.eviction = eviction
 
     def bind(self, rules: Rules, topology: Topology | None = None,
              lateness: timedelta | None = None) -> None:
@@ -117,9 +128,22 @@ class Pipeline:
             # an event's entries share its time, so they all leave in this same pass
             self._attributed.pop(event_id, None)
         self.membership.prune(cutoff)
+        self._settle()
         if self._swept is None or self.watermark - self._swept >= SWEEP_EVERY:
             self._swept = self.watermark
             self._forget_jobs(self.watermark - self.job_retention)
+
+    def _settle(self) -> None:
+        """Incidents past their eviction setting leave memory (with an archive bound), and
+        the detector's indexes drop what is past every window (always)."""
+        book = self.detector.book
+        if book.watermark is None:
+            return
+        if book.incidents.recall is not None:
+            evict(book, self.eviction, self.reorder.busy())
+        rules = self.detector.rules
+        prune(book, book.watermark - self.lateness - timedelta(seconds=rules.memory_s),
+              timedelta(seconds=rules.repeat_offender_window_s))
 
     def _forget_jobs(self, cutoff: datetime) -> None:
         """Jobs whose every attempt ended before `cutoff` leave the state (here and in the
@@ -208,9 +232,9 @@ class Pipeline:
                 self._wait(event, {(r.project, r.job_id, r.attempt) for r in rows})
             out.incidents.extend(self.reorder.observe(self.detector, event,
                                                       self._rows_but(event, rows)))
-        self._expire()
         incident_ids = dict.fromkeys(e.incident_id for e in out.incidents)
         out.incident_states = [self.detector.incidents[i] for i in incident_ids]
+        self._expire()
         return out
 
     def _rows_but(self, event: Event, rows: list[TimelineRow]
@@ -245,11 +269,13 @@ class Pipeline:
                     failed.append(f"{event.type} {event.id}: {type(exc).__name__}: {exc}")
         finally:
             self.detector.replaying = False
+            self.detector.book.incidents.recalled.clear()
         return failed
 
     def command(self, command: Command) -> Outputs:
         """A person's incident command, through the same book the detector decides with."""
         events = self.detector.command(command)
+        self.reorder.recalled_outside(self.detector.book)
         return Outputs(incidents=events,
                        incident_states=[self.detector.incidents[command.incident_id]] if events
                        else [])

@@ -10,6 +10,7 @@ from jobtrail.config import Settings
 from jobtrail.reports import retention
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
+from processors.incidents.eviction import Eviction
 from processors.incidents.rules import load_rules
 from processors.pipeline import Pipeline
 from processors.topology import Topology
@@ -38,6 +39,13 @@ def load_topology(settings: Settings) -> Topology:
     return Topology.from_file(topology_file.load(settings.topology_file))
 
 
+def eviction(settings: Settings) -> Eviction:
+    """When incidents leave a worker's memory (docs/scaling.md)."""
+    def after(seconds: float | None) -> timedelta | None:
+        return None if seconds is None else timedelta(seconds=seconds)
+    return Eviction(after(settings.evict_after_s), after(settings.evict_quiet_s))
+
+
 def build_sink(settings: Settings, store: Store, topology: Topology | None = None, *,
                restore: bool = True) -> Sink:
     """The shared write path with a fresh pipeline; `restore` rebuilds its state from the
@@ -45,7 +53,7 @@ def build_sink(settings: Settings, store: Store, topology: Topology | None = Non
     pipeline = Pipeline(timedelta(seconds=settings.attribution_slack_s),
                         topology or load_topology(settings),
                         timedelta(seconds=settings.lateness_s),
-                        load_rules(settings.rules_file))
+                        load_rules(settings.rules_file), eviction(settings))
     sink = Sink(store, pipeline)
     if restore:
         sink.restore()

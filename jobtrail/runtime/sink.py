@@ -92,9 +92,12 @@ def conflict_letter(event: Event, first: Event, arrival: str, received_at: datet
 
 
 class Sink:
-    def __init__(self, store: Store, pipeline: Pipeline) -> None:
+    def __init__(self, store: Store, pipeline: Pipeline, *, evicts: bool = True) -> None:
         self.store = store
         self.pipeline = pipeline
+        self.evicts = evicts
+        """Whether incidents leave memory (`pipeline.eviction`) to be read back from the
+        store's `incident_log`."""
         self.clusters: dict[str, Pipeline] = {}
         """Cluster -> the pipeline that follows it. Entity names are unique only within a
         cluster (two clusters can both have a `node-001`), so every cluster this sink sees
@@ -106,7 +109,19 @@ class Sink:
         if found is None:
             found = self.pipeline if not self.clusters else _sibling(self.pipeline)
             self.clusters[cluster] = found
+            self._archive(cluster, found)
         return found
+
+    def _archive(self, cluster: str, pipeline: Pipeline) -> None:
+        from jobtrail.runtime.archive import StoreArchive
+
+        pipeline.archive(StoreArchive(self.store, cluster) if self.evicts else None)
+
+    def bind_archives(self) -> None:
+        """After a snapshot is adopted: each cluster's pipeline reads its evicted incidents
+        back from the store (the binding is never saved)."""
+        for cluster, pipeline in self.clusters.items():
+            self._archive(cluster, pipeline)
 
     def pipelines(self) -> list[Pipeline]:
         """Every pipeline this sink holds, `pipeline` first."""
@@ -149,8 +164,7 @@ class Sink:
                 write: bool = True) -> list[IncidentEvent]:
         """Apply a person's command (raises InvalidTransition) and store what it changed.
         Its text (note, action title, who) is redacted first, whatever path it came by."""
-        owner = next((p for p in self.pipelines() if command.incident_id in p.detector.incidents),
-                     self.pipeline)
+        owner = self._owner(command.incident_id)
         outputs = owner.command(redact_command(command))
         if write:
             if publish is not None and outputs.incidents:
@@ -158,6 +172,17 @@ class Sink:
             self.store.write(outputs)
             emit("incident_commands", 1, command=command.command)
         return outputs.incidents
+
+    def _owner(self, incident_id: str) -> Pipeline:
+        """The pipeline whose book holds (or held, before evicting it) the incident."""
+        pipelines = self.pipelines()
+        held = next((p for p in pipelines if incident_id in p.detector.incidents.resident()),
+                    None)
+        if held is not None or len(self.clusters) <= 1:
+            return held or self.pipeline
+        cluster = self.store.incident_cluster(incident_id)
+        return self.clusters.get(cluster, self.pipeline) if cluster is not None \
+            else self.pipeline
 
     def decode(self, records: Sequence[bytes | str], positions: Sequence[str] | None = None,
                *, trusted: bool | Sequence[bool] = False) -> Decoded:
@@ -274,7 +299,7 @@ class Sink:
 def _sibling(template: Pipeline) -> Pipeline:
     """An empty pipeline configured like `template` (rules, wiring, windows)."""
     sibling = Pipeline(template.membership.slack, template.topology, template.lateness,
-                       template.detector.rules)
+                       template.detector.rules, template.eviction)
     sibling.job_retention = template.job_retention
     return sibling
 

@@ -32,11 +32,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobtrail.snapshot")
 
-STATE_VERSION = 3
+STATE_VERSION = 4
 """Bump when the meaning of stored state changes without its shape changing (2: the incident
 model moved into `processors.incidents.aggregate`, so pickled class paths changed; 3: a
-snapshot holds the sink's pipeline per cluster. State saved before is rebuilt from the store,
-as designed)."""
+snapshot holds the sink's pipeline per cluster; 4: the book's incidents are those in memory,
+evicted ones read back from the store. State saved before is rebuilt from the store, as
+designed)."""
 _MAGIC = b"JTSNAP"
 
 
@@ -64,7 +65,8 @@ def fingerprint() -> str:
         ("Membership", _shape(fresh.membership)), ("Topology", _shape(fresh.topology)),
         ("Attempt", _shape(attempts.Attempt)), ("JobRecord", _shape(attempts.JobRecord)),
         ("Span", _shape(timeline.Span)), ("Link", _shape(topology.Link)),
-        ("Incident", _shape(model.Incident)), ("JobImpact", _shape(model.JobImpact)),
+        ("Lateness", _shape(fresh.reorder)), ("Incident", _shape(model.Incident)),
+        ("JobImpact", _shape(model.JobImpact)),
         ("Evidence", _shape(model.Evidence)), ("Action", _shape(model.Action)),
         ("Signal", _shape(book.Signal)), ("Progress", _shape(book.Progress)),
         ("Event", _shape(Event)), ("Postmortem", _shape(postmortem.Postmortem)),
@@ -97,6 +99,8 @@ def adopt(sink: Sink, snapshot: Snapshot) -> str:
     sink.clusters = dict(snapshot.clusters)
     for pipeline in sink.pipelines():
         pipeline.bind(current.detector.rules, rebuilt, current.lateness)
+        pipeline.eviction = current.eviction
+    sink.bind_archives()
     where = ", ".join(f"{k}@{v}" for k, v in sorted(snapshot.positions.items())) or "start"
     return f"snapshot at {where}" + (
         "; the topology file changed: rewired from the new file and the stored links"

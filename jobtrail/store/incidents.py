@@ -8,7 +8,7 @@ a caller may see of a shared incident is narrowed by `jobtrail.views.incident`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +72,14 @@ class IncidentTables:
             "SELECT id, incident_id, seq, kind, time, actor_kind, actor, rule, credential, data, "
             "command_id FROM incident_log FINAL WHERE incident_id = {id:String} ORDER BY seq",
             id=incident_id))
+
+    def incidents_on(self, entities: Collection[str]) -> list[str]:
+        """Ids of the incidents whose entity or cause entity is one of these (the processors'
+        archive: a postmortem draft lists the prior incidents on its entity)."""
+        result = self._q(
+            "SELECT DISTINCT incident_id FROM incidents FINAL WHERE entity IN {e:Array(String)} "
+            "OR cause_entity IN {e:Array(String)} ORDER BY incident_id", e=sorted(entities))
+        return [str(r[0]) for r in result.result_rows]
 
     def followups(self, projects: Sequence[str] | None, *, team: str = "",
                   overdue_on: str = "", status: str = "") -> list[dict[str, Any]]:

@@ -17,10 +17,10 @@ from datetime import datetime
 from typing import Any
 
 from processors.attempts import Attempt, JobRecord
+from processors.incidents.archive import Incidents
 from processors.incidents.model import (
     Actor,
     Command,
-    Incident,
     IncidentEvent,
     InvalidTransition,
     apply,
@@ -98,11 +98,15 @@ class Book:
     jobs: dict[tuple[str, str], JobRecord] = field(default_factory=dict)
     """Attempts as the detector saw them, folded in arrival order (batching cannot change
     what it knew at each event)."""
-    incidents: dict[str, Incident] = field(default_factory=dict)
+    incidents: Incidents = field(default_factory=Incidents)
+    """In memory, and folded back from the log when asked for once evicted (`archive`)."""
+    last_touch: dict[str, datetime] = field(default_factory=dict)
+    """incident -> the watermark at its last decision (eviction measures quiet from it)"""
     watermark: datetime | None = None
     replaying: bool = False
     open: dict[str, str] = field(default_factory=dict)  # grouping key -> active incident
     resolved: dict[str, str] = field(default_factory=dict)  # grouping key -> last resolved
+    resolved_at: dict[str, datetime] = field(default_factory=dict)  # grouping key -> when
     by_attempt: dict[AttemptKey, str] = field(default_factory=dict)
     signals: deque[Signal] = field(default_factory=deque)
     counts: dict[tuple[str, str], deque[datetime]] = field(default_factory=dict)
@@ -184,11 +188,13 @@ class Book:
     def record(self, event: IncidentEvent) -> None:
         inc = apply(self.incidents.get(event.incident_id), event)
         self.incidents[inc.id] = inc
+        self.last_touch[inc.id] = max(self.watermark or event.time, event.time)
         self.out.append(event)
         if inc.key and event.kind in ("resolved", "closed"):
             if self.open.get(inc.key) == inc.id:
                 self.open.pop(inc.key)
             self.resolved[inc.key] = inc.id
+            self.resolved_at[inc.key] = event.time
             for key, held in list(self.by_attempt.items()):
                 if held == inc.id:
                     del self.by_attempt[key]
@@ -200,9 +206,11 @@ class Book:
         why not); a command id seen before returns []."""
         from processors.postmortem.commands import decide
 
-        state = self.incidents.get(command.incident_id)
+        state = self.incidents.fetch(command.incident_id)
         if state is not None and command.command_id in state.commands:
             return []
+        if command.command == "draft_postmortem" and state is not None:
+            self.incidents.recall_on({x for x in (state.entity, state.cause_entity) if x})
         payload = decide(command, state, self.incidents)
         event = new_event(state, command.incident_id, payload, command.time,
                           command.actor, command.command_id, command.command_id)
@@ -228,12 +236,15 @@ class Book:
         """Rebuild the incidents and their indexes from the log (and the known attempts),
         when no snapshot can be used."""
         self.jobs.update(jobs)
-        self.incidents = fold(list(log))
+        self.incidents = Incidents(fold(list(log)), self.incidents.evicted).like(self.incidents)
         for inc in self.incidents.values():
             if inc.active and inc.key:
                 self.open[inc.key] = inc.id
             elif inc.key:
                 self.resolved[inc.key] = inc.id
+                at = inc.closed_at or inc.resolved_at
+                if at is not None:
+                    self.resolved_at[inc.key] = at
             for impact in inc.jobs.values():
                 key = (impact.project, impact.job_id, impact.attempt)
                 if inc.active and impact.role == "failed":

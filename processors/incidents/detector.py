@@ -29,9 +29,10 @@ from typing import Any
 
 from processors.attempts import LIFECYCLE_TYPES, JobRecord, evolve
 from processors.incidents import cause, grouping, opening, planned, recovery, slowdown
+from processors.incidents.archive import Incidents
 from processors.incidents.book import AttemptKey, Book, NotInLog, node_of
 from processors.incidents.context import Context
-from processors.incidents.model import Command, Incident, IncidentEvent
+from processors.incidents.model import Command, IncidentEvent
 from processors.incidents.rules import Rules
 from processors.timeline import TimelineRow
 from processors.topology import Topology
@@ -66,8 +67,8 @@ class Detector:
         return Context(self.book, self.rules, self.topology)
 
     @property
-    def incidents(self) -> dict[str, Incident]:
-        """The incidents by id (their current state)."""
+    def incidents(self) -> Incidents:
+        """The incidents by id (their current state; an evicted one is read back)."""
         return self.book.incidents
 
     @property

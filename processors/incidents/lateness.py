@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from processors.incidents.archive import Incidents
 from processors.incidents.book import Book, Progress
 from processors.incidents.model import (
     Incident,
@@ -78,6 +79,12 @@ class Lateness:
     touched: dict[str, Position] = field(default_factory=dict)
     """incident -> the position of the last event that wrote to it: a re-evaluation
     compares the incidents written after its checkpoint."""
+    recalls: dict[str, tuple[Position, bytes]] = field(default_factory=dict)
+    """incident -> (where it was last folded back from the log, its state then): a replay
+    from a checkpoint before that position starts it from this state (`archive`)."""
+    unlisted: dict[str, Position] = field(default_factory=dict)
+    """incident -> the last checkpoint a replay took without it (a withdrawn one the
+    replay never opened): not evicted while such a checkpoint lasts."""
     reevaluations: int = 0
     revisions: int = 0
     stragglers: int = 0
@@ -101,11 +108,28 @@ class Lateness:
             self.stragglers += 1
             position = (self.head[0], f"{self.head[1]}{_STRAGGLER}{event.id}")
         out = d.observe(event, rows_of(event))
+        self._recalled(d.book, position)
         self.journal.append((position, event))
         self.head = position
         self._touch(position, out)
         self._after(d)
         return out
+
+    def _recalled(self, book: Book, position: Position) -> None:
+        for inc_id, state in book.incidents.recalled:
+            self.recalls[inc_id] = (position, state)
+        book.incidents.recalled.clear()
+
+    def recalled_outside(self, book: Book) -> None:
+        """Incidents folded back by a command (between events): after the head."""
+        if self.head is None:
+            book.incidents.recalled.clear()  # the first checkpoint will hold them
+            return
+        self._recalled(book, (self.head[0], f"{self.head[1]}{_STRAGGLER}"))
+
+    def busy(self) -> set[str]:
+        """Incidents a re-evaluation may still replay over: not to be evicted."""
+        return set(self.touched) | set(self.recalls) | set(self.unlisted)
 
     def _touch(self, position: Position, events: list[IncidentEvent]) -> None:
         for e in events:
@@ -141,6 +165,8 @@ class Lateness:
             cut = bisect.bisect_right(self.journal, oldest, key=lambda j: j[0])
             del self.journal[:cut]
             self.touched = {i: at for i, at in self.touched.items() if at > oldest}
+            self.recalls = {i: r for i, r in self.recalls.items() if r[0] > oldest}
+            self.unlisted = {i: at for i, at in self.unlisted.items() if at >= oldest}
 
     def _reevaluate(self, d: Detector, base: int, position: Position, event: Event,
                     rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
@@ -153,15 +179,29 @@ class Lateness:
         touched = {inc for inc, at in self.touched.items() if since is None or at > since}
         replay: list[IncidentEvent] = []
         d.book = pickle.loads(checkpoint.book)  # noqa: S301 - our own bytes, in memory
+        d.book.incidents.like(live.incidents)
+        if live.incidents.recall is not None:
+            d.book.incidents.recall = self._as_at(since, touched, live.incidents.resident(),
+                                                  live.incidents.recall)
         start = 0 if since is None else bisect.bisect_right(self.journal, since,
                                                             key=lambda j: j[0])
         for at, replayed in self.journal[start:]:
             emitted = d.observe(replayed, rows_of(replayed))
+            self._recalled(d.book, at)
             replay.extend(emitted)
             self._touch(at, emitted)
             if at > position:  # the next late event replays from closer
+                self._held_back(d.book, since, at)
                 self._checkpoint(d, at)
+        missing = live.incidents.resident() - d.book.incidents.resident()
         out, renamed = reconcile(live, d.book, replay, touched, event)
+        if len(self.checkpoints) > base + 1:
+            last = self.checkpoints[-1].position
+            assert last is not None
+            for inc_id in missing:
+                self.unlisted[renamed.get(inc_id, inc_id)] = last
+        d.book.incidents.like(live.incidents)
+        d.book.incidents.recalled.clear()
         for later in self.checkpoints[base + 1:]:  # taken during the replay: renamed too
             if renamed:
                 book = pickle.loads(later.book)  # noqa: S301 - our own bytes
@@ -170,6 +210,32 @@ class Lateness:
         self._touch(position, out)
         self.revisions += sum(1 for e in out if e.kind == "diagnosis_revised")
         return out
+
+
+    def _as_at(self, since: Position | None, touched: set[str], resident: set[str],
+               recall: Callable[[str, int | None], Incident | None],
+               ) -> Callable[[str, int | None], Incident | None]:
+        """Folding back for a replay from the checkpoint at `since`: an incident evicted
+        then comes back as it was there (its log, or its state when a later recall took it
+        back); one written only after it, or held in memory but not in the checkpoint (a
+        withdrawn one), does not exist there."""
+        def at_checkpoint(inc_id: str, upto: int | None) -> Incident | None:
+            kept = self.recalls.get(inc_id)
+            if kept is not None and (since is None or kept[0] > since):
+                state: Incident = pickle.loads(kept[1])  # noqa: S301 - our own bytes
+                return state
+            if inc_id in touched or inc_id in resident:
+                return None
+            return recall(inc_id, upto)
+        return at_checkpoint
+
+    def _held_back(self, book: Book, since: Position | None, at: Position) -> None:
+        """Before a replay takes a checkpoint: the incidents the live run had folded back by
+        then are in memory there too, as they came back."""
+        for inc_id, (pos, state) in self.recalls.items():
+            if (since is None or pos > since) and pos <= at \
+                    and not dict.__contains__(book.incidents, inc_id):
+                dict.__setitem__(book.incidents, inc_id, pickle.loads(state))  # noqa: S301
 
 
 # --- writing the difference ------------------------------------------------------------------
@@ -280,7 +346,8 @@ def _rename(book: Book, names: dict[str, str]) -> None:
 
     for old in names.keys() & book.incidents.keys():
         book.incidents[old].id = names[old]
-    book.incidents = {n(k): v for k, v in book.incidents.items()}
+    book.incidents = Incidents({n(k): v for k, v in book.incidents.items()},
+                               book.incidents.evicted).like(book.incidents)
     book.open = {k: n(v) for k, v in book.open.items()}
     book.resolved = {k: n(v) for k, v in book.resolved.items()}
     book.by_attempt = {k: n(v) for k, v in book.by_attempt.items()}
