@@ -18,10 +18,7 @@ behind the watermark; checkpoints are taken every `horizon / 4` of event time (a
 older than that is decided in arrival order, where it arrived (and replayed there again by a
 later re-evaluation), by the concerns' own late paths (`cause.late`, late attribution).
 Cost: a late event replays the window after its checkpoint; events in order cost nothing.
-Events at one instant are ordered infrastructure first, then jobs' events (then by id),
-so a same-instant cause is never "late" for the symptom beside it (a node's not-ready and
-its job's requeue are often stamped the same millisecond); among a job's own events the id
-decides, as before. Pure: no clock, ids derived; the same input in the same order gives the
+Pure: no clock, ids derived; the same input in the same order gives the
 same log whatever the batching.
 """
 
@@ -97,7 +94,7 @@ class Lateness:
                 rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
         if not self.checkpoints:
             self.checkpoints.append(Checkpoint(None, pickle.dumps(d.book)))
-        position = (event.time, f"{'1' if event.job_id else '0'}{event.id}")
+        position = (event.time, event.id)
         if self.head is not None and position <= self.head:
             base = self._base(position)
             if base is not None:
