@@ -88,34 +88,43 @@ _WORD = re.compile(r"[a-z]{5,}")
 _CLUSTER = re.compile(r"[b-df-hj-np-tv-z]{4}")
 
 
-def _has_word(window: str) -> bool:
-    """A lower-case run that reads like a word: a vowel, and never four consonants in a
-    row (`scratch`, `checkpoint`, `outputs` yes; `dwafyqnid`, `xvtli` no)."""
-    for match in _WORD.finditer(window):
-        run = match.group()
-        if any(c in "aeiou" for c in run) and not _CLUSTER.search(run):
-            return True
-    return False
-
-
 def _class(c: str) -> int:
     return 0 if c.islower() else 1 if c.isupper() else 2 if c.isdigit() else 3
 
 
+def _word_chars(window: str) -> int:
+    """How many characters of `window` are in lower-case runs that read like a word: a
+    vowel, and never four consonants in a row (`scratch`, `checkpoint` yes; `dwafyqnid`,
+    `xvtli` no)."""
+    return sum(len(m.group()) for m in _WORD.finditer(window)
+               if any(c in "aeiou" for c in m.group()) and not _CLUSTER.search(m.group()))
+
+
 def _looks_random(run: str, strict: bool = False) -> bool:
-    """A random key switches character class at ~65 % of positions and rarely holds a
-    5-letter lower-case run; a path or an identifier has words and switches at ~35 %.
-    `strict` (map keys) takes any window of upper, lower and digits."""
+    """A random key switches character class at ~65 % of positions and its word-like
+    lower-case runs are few and short; a path or an identifier is mostly words and switches
+    at ~35 %. About 1 random key in 7 has a 5-letter run that reads like a word, and 1 in
+    1,000 has no digit: both are still keys when they switch often and words are a small
+    part of them (not when it has path separators: those switch class too). `strict` (map
+    keys) takes any window of upper, lower and digits."""
     for i in range(0, len(run) - 39, 4):
         window = run[i:i + 40]
         chars = set(window)
-        if chars.isdisjoint(_DIGITS) or chars.isdisjoint(_UPPER) or chars.isdisjoint(_LOWER):
+        if chars.isdisjoint(_UPPER) or chars.isdisjoint(_LOWER):
             continue
-        if strict:
+        digits = not chars.isdisjoint(_DIGITS)
+        if strict and digits:
             return True
         classes = [_class(c) for c in window]
         switches = sum(a != b for a, b in itertools.pairwise(classes))
-        if not _has_word(window) or switches >= 19:
+        words = _word_chars(window)
+        if digits and (words == 0 or switches >= 19):
+            return True
+        if window.count("/") > 2:  # a path: its separators switch class, not its letters
+            continue
+        if digits and ((switches >= 14 and words <= 12) or (switches >= 17 and words <= 16)):
+            return True
+        if not digits and ((words == 0 and switches >= 16) or (switches >= 19 and words <= 5)):
             return True
     return False
 

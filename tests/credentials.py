@@ -202,7 +202,10 @@ class Case:
 
 def corpus() -> list[Case]:
     """Every placement with a fresh secret of every kind (one secret per case, so a leak
-    names its case)."""
+    names its case). The same corpus on every call, whatever ran before it in the session:
+    a test that passes alone passes in CI's order (the breadth of random keys is
+    tests/ingest/test_redact.py's)."""
+    _RNG.seed(11)
     return [Case(placement, secret) for placement in PLACEMENTS for secret in _kinds()]
 
 

@@ -93,3 +93,23 @@ def test_an_error_about_a_record_never_echoes_its_input(model: str) -> None:
                                     for part in fragments(needle)), (secret.kind, text)
     assert "line 1 column" in error_text(caught.value) or "Field required" in error_text(
         caught.value)
+
+
+def test_random_secret_keys_are_masked_whatever_their_letters_spell() -> None:
+    # a random 40-character key holds a 5-letter run that reads like a word about 1 time in
+    # 7 and has no digit 1 time in 1,000 (a corpus key `OvluenoMMd1etxkaViBYD0SQCSYbEHgVQT6E1wzt`
+    # went through unmasked); paths with such runs stay readable
+    import random
+    import string
+
+    rng = random.Random(2026)
+    alphabet = string.ascii_letters + string.digits + "/+"
+    keys = ["".join(rng.choice(alphabet) for _ in range(40)) for _ in range(5000)]
+    missed = [k for k in keys if MASK not in redact_text(f"note={k}x") and
+              MASK not in redact_text(k)]
+    assert len(missed) <= 8, missed[:8]  # 6 of 5,000 (most have no digit); it was 20
+    assert MASK in redact_text("OvluenoMMd1etxkaViBYD0SQCSYbEHgVQT6E1wzt")
+    for path in ("/data/ImageNet/train/n01440764/Images2024/batch00017/file",
+                 "/lustre/scratch/MegatronLM/checkpoints/iter0001500/model/Shard3of8",
+                 "/home/alice/Projects/LlamaFinetune2024/outputs/Run17/Epoch3Best"):
+        assert redact_text(path) == path
