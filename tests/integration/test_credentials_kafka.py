@@ -72,11 +72,14 @@ def _opened(bootstrap: str, topic: str) -> str:
     raise AssertionError("no incident opened")
 
 
-def test_no_planted_credential_survives_the_cluster_runtime(kafka_broker: str,
+def test_no_planted_credential_survives_the_cluster_runtime(kafka_broker: str, chdb_path: Path,
                                                             tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]
     prefix, app_id = f"k{tag}.", f"cred-{tag}"
-    settings = Settings(kafka=kafka_broker, topic_prefix=prefix, home=tmp_path / "api")
+    # the API's store in this process: the session's chDB engine path, a database of its own
+    # (chDB binds one path per process; another path here would fail every later test)
+    settings = Settings(kafka=kafka_broker, topic_prefix=prefix, home=tmp_path / "api",
+                        clickhouse_dsn=f"chdb://{chdb_path}", database=f"api_{tag}")
     cases = corpus()
     tried, skipped = _serve_and_post(settings, cases)
     home = tmp_path / "worker"
