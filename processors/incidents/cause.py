@@ -165,16 +165,41 @@ def explain(ctx: Context, inc_id: str, signal: Signal, key: AttemptKey, time: da
 
 
 def late(ctx: Context, signal: Signal) -> None:
-    """A signal that arrives after the symptoms it explains updates their incident."""
-    limit = timedelta(seconds=ctx.rules.cause_window_s)
+    """A signal that arrives after the symptoms it explains moves their attempt out of its
+    job-own incident into the signal's (opened if need be), as if it had come first: a
+    not-ready and the requeue it caused, stamped in the same second and taken requeue first,
+    are one node incident, not a node incident and a job's one reclassified beside it. The
+    job-own incident is withdrawn into it when it held nothing else. When the signal is not
+    the attempt's strongest candidate, or the job's own message outweighs it, the job-own
+    incident is explained in place."""
+    book, limit = ctx.book, timedelta(seconds=ctx.rules.cause_window_s)
     for key, (relation, path) in signal.reached.items():
-        inc_id = ctx.book.by_attempt.get(key)
+        inc_id = book.by_attempt.get(key)
         if inc_id is None:
             continue
-        inc = ctx.book.incidents[inc_id]
+        inc = book.incidents[inc_id]
         if not inc.active or inc.cause_source != "job" or not inc.job_scoped:
             continue
         first = inc.first_signal_at
         if first is None or not (signal.event.time <= first <= signal.event.time + limit):
             continue
-        explain(ctx, inc_id, signal, key, first, "the first symptom", relation, path)
+        job = inc.jobs.get(akey(key))
+        ranked = weighing.candidates(ctx, key, first) if job is not None \
+            and job.role == "failed" else []
+        best = ranked[0] if ranked else None
+        if best is None or best.signal.key != signal.key or book.open.get(signal.key) == inc_id \
+                or ((inc.cause_rank or 0) >= weighing.OWN_RANK and best.score <= 1
+                    and inc.cause_class != signal.rule.klass):
+            explain(ctx, inc_id, signal, key, first, "the first symptom", relation, path)
+            continue
+        to_id = book.open.get(signal.key)
+        if to_id is None:
+            to_id = opening.open_incident(ctx, signal.key, signal.rule.klass,
+                                          signal.event.entity or signal.key, signal.event.id,
+                                          signal.event.time, signal.rule.name, first)
+            for s in book.signals:
+                if s.key == signal.key and signal.event.time <= s.event.time <= first:
+                    join(ctx, to_id, s)
+        if book.incidents[to_id].cause_source in ("", "signal"):
+            explain(ctx, to_id, signal, key, first, "the first symptom", relation, path)
+        correlate.move(ctx, key, inc_id, to_id, first, ranked)

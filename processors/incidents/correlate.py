@@ -57,15 +57,15 @@ def regroup(ctx: Context, inc_id: str, time: datetime) -> None:
         ranked = weighing.candidates(ctx, attempt, job.failed_at)
         if not ranked or ranked[0].signal.key != inc.key or ranked[0].signal.key == other.key:
             continue
-        _move(ctx, attempt, other_id, inc_id, job.failed_at, ranked)
+        move(ctx, attempt, other_id, inc_id, job.failed_at, ranked)
     for attempt in reached:
         progress = book.progress.get(attempt)
         for start, end, event_id in progress.stalls if progress else ():
             _stalled(ctx, attempt, start, end, event_id)
 
 
-def _move(ctx: Context, attempt: AttemptKey, from_id: str, to_id: str, failed_at: datetime,
-          ranked: list[weighing.Candidate]) -> None:
+def move(ctx: Context, attempt: AttemptKey, from_id: str, to_id: str, failed_at: datetime,
+         ranked: list[weighing.Candidate]) -> None:
     book = ctx.book
     best = ranked[0]
     was = book.incidents[from_id]

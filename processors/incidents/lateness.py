@@ -303,10 +303,17 @@ def reconcile(live: Book, rebuilt: Book, replay: list[IncidentEvent], touched: s
         if inc_id not in rebuilt.incidents or inc_id not in live.incidents:
             continue
         now, was = rebuilt.incidents[inc_id], live.incidents[inc_id]
-        if now.withdrawn or (not was.withdrawn and _conclusion(now) == _conclusion(was)):
+        if (now.withdrawn and was.withdrawn) or (
+                not now.withdrawn and not was.withdrawn and _conclusion(now) == _conclusion(was)):
             continue
-        event = _write(live, inc_id, revision(now, why), late.time,
-                       f"revised:{late.id}:{was.seq}")
+        if now.withdrawn:  # the replay moved its attempts into another incident
+            target = renamed.get(now.merged_into, now.merged_into)
+            payload: ev.Payload = ev.DiagnosisRevised(
+                why=why + (f": its attempts belong to {target}" if target else
+                           ": it is not an incident"), merged_into=target)
+        else:
+            payload = revision(now, why)
+        event = _write(live, inc_id, payload, late.time, f"revised:{late.id}:{was.seq}")
         if event is not None:
             out.append(event)
     for inc_id in orphans:
