@@ -111,7 +111,10 @@ def consequence_of(ctx: Context, event: Event, rule: SignalRule, signal: Signal)
     """The active incident a node signal follows from, if any: a drain, a not-ready or an
     Xid on a node whose attempts an incident already holds (every attempt the signal
     reached is in it, or it reached none and the node ran one of the incident's attempts),
-    within `group_window_s` after the incident's first signal. One story, one incident."""
+    within `group_window_s` after the incident's first signal. One story, one incident. A
+    job's own incident whose first symptom is at the signal's very instant is not followed
+    from: the signal is that symptom's candidate cause (`cause.late` moves it), whatever
+    order the two same-instant events were taken in."""
     if ctx.rules.klass(rule.klass).group != "node" or event.job_id:
         return None
     node = event_node(event) or node_of(event.entity or "")
@@ -125,6 +128,8 @@ def consequence_of(ctx: Context, event: Event, rule: SignalRule, signal: Signal)
         first = inc.first_signal_at
         if not inc.active or first is None or not (first <= event.time <= first + window):
             continue
+        if first == event.time and inc.cause_source == "job" and inc.job_scoped:
+            continue  # a job's own failure at the signal's instant: a cause (`cause.late`)
         held = {(j.project, j.job_id, j.attempt) for j in inc.jobs.values()
                 if j.role in ("failed", "degraded")}
         if not held:
