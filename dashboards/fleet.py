@@ -15,7 +15,8 @@ from dashboards.clickhouse import TABLE, TIME_SERIES
 from dashboards.common import FLEET_UID, INCIDENT_UID, link, panel
 
 # recovery drills (jobtrail drill run) are not failures of the fleet
-_OPENED = "$__timeFilter_ms(opened_at) AND NOT has(flags, 'drill')"
+_OPENED = ("$__timeFilter_ms(opened_at) AND NOT has(flags, 'drill') "
+           "AND NOT has(flags, 'withdrawn')")
 
 BY_CLASS = f"""
 SELECT $__timeInterval_ms(opened_at) AS time, class, count() AS incidents

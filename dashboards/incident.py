@@ -40,7 +40,7 @@ JOBS = f"""
 SELECT project, job_id, attempt, role, gpus, failed_at, failure_step, last_checkpoint_step,
        restored_step, recovery, round(lost_gpu_hours, 2) AS lost_gpu_hours, lost_steps,
        duplicate_run
-FROM incident_jobs FINAL WHERE {_ONE}
+FROM incident_jobs FINAL WHERE {_ONE} AND role != 'moved'
 ORDER BY project, job_id, attempt
 """
 

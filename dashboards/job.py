@@ -37,7 +37,8 @@ SELECT
                                                 incident_id, ')'), opened_at))
    FROM incidents FINAL
    WHERE status NOT IN ('resolved', 'closed') AND incident_id IN (
-     SELECT incident_id FROM incident_jobs FINAL WHERE {JOB_FILTER})) AS open_incident,
+     SELECT incident_id FROM incident_jobs FINAL
+     WHERE {JOB_FILTER} AND role != 'moved')) AS open_incident,
   (SELECT round(sum(lost_gpu_hours), 2) FROM incident_jobs FINAL WHERE {JOB_FILTER})
     AS lost_gpu_hours
 """
@@ -140,7 +141,8 @@ ORDER BY attempt, kind, name
 """
 
 _MINE = ("SELECT incident_id FROM incident_jobs FINAL "
-         "WHERE project = ${project:sqlstring} AND job_id = ${job:sqlstring}")
+         "WHERE project = ${project:sqlstring} AND job_id = ${job:sqlstring} "
+         "AND role != 'moved'")
 
 INCIDENTS = """
 SELECT i.incident_id AS incident, i.severity AS severity, i.status AS status, i.class AS class,
@@ -148,7 +150,8 @@ SELECT i.incident_id AS incident, i.severity AS severity, i.status AS status, i.
        j.recovery AS recovery, round(j.lost_gpu_hours, 2) AS lost_gpu_hours, i.opened_at AS opened,
        j.failed_at AS failed_at
 FROM (SELECT * FROM incident_jobs FINAL
-      WHERE project = ${project:sqlstring} AND job_id = ${job:sqlstring}) AS j
+      WHERE project = ${project:sqlstring} AND job_id = ${job:sqlstring}
+        AND role != 'moved') AS j
 INNER JOIN (SELECT * FROM incidents FINAL) AS i ON i.incident_id = j.incident_id
 ORDER BY opened DESC
 """

@@ -214,6 +214,7 @@ def cited_by_incident(store: Any, projects: Sequence[str], incident_id: str, *,
         "AND (entity IN {e:Array(String)} OR node IN {e:Array(String)} OR id IN ("
         "SELECT t.event_id FROM job_timeline AS t WHERE t.relation = 'change' "
         "AND t.project IN {p:Array(String)} AND (t.project, t.job_id) IN (SELECT project, "
-        "job_id FROM incident_jobs WHERE incident_id = {id:String}))) ORDER BY time, id",
+        "job_id FROM incident_jobs FINAL WHERE incident_id = {id:String} "
+        "AND role != 'moved'))) ORDER BY time, id",
         t=row["opened_at"], w=int(window.total_seconds()), e=sorted(entities),
         p=list(projects), id=incident_id))

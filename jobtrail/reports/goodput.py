@@ -222,7 +222,7 @@ def incident_costs(store: Any, project: str, job_id: str) -> list[dict[str, Any]
     """The incidents that hit the job's attempts, with the loss each counted."""
     return list(store._dicts(
         "SELECT incident_id, attempt, role, gpus, lost_gpu_hours FROM incident_jobs FINAL "
-        "WHERE project = {project:String} AND job_id = {job_id:String} "
+        "WHERE project = {project:String} AND job_id = {job_id:String} AND role != 'moved' "
         "ORDER BY attempt, incident_id", project=project, job_id=job_id))
 
 

@@ -144,7 +144,8 @@ class IncidentTables:
         jobs: dict[str, list[dict[str, Any]]] = {}
         for job in self._dicts(
                 "SELECT incident_id, project, job_id, attempt, role, gpus, lost_gpu_hours, "
-                "lost_steps FROM incident_jobs FINAL WHERE incident_id IN {ids:Array(String)}",
+                "lost_steps FROM incident_jobs FINAL WHERE incident_id IN {ids:Array(String)} "
+                "AND role != 'moved'",
                 ids=[r["incident_id"] for r in rows]):
             jobs.setdefault(job["incident_id"], []).append(job)
         return [summary(r, jobs.get(r["incident_id"], []), projects) for r in rows]
@@ -165,7 +166,7 @@ class IncidentTables:
         out = rows[0]
         out["jobs"] = self._dicts(
             "SELECT * EXCEPT version FROM incident_jobs FINAL WHERE incident_id = {id:String} "
-            "ORDER BY project, job_id, attempt", id=incident_id)
+            "AND role != 'moved' ORDER BY project, job_id, attempt", id=incident_id)
         out["evidence"] = self._dicts(
             "SELECT * EXCEPT incident_id FROM incident_evidence FINAL "
             "WHERE incident_id = {id:String} ORDER BY time, event_id", id=incident_id)

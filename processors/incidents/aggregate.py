@@ -159,6 +159,10 @@ class Incident:
     charged_gpu_hours: float = 0.0  # loss charged here by other incidents (checkpoints)
     linked: tuple[str, ...] = ()  # incidents a standing incident links
     merged_into: str = ""  # late evidence put this incident's attempts in that one
+    moved: tuple[tuple[str, str, int], ...] = ()
+    """(project, job id, attempt) a revision took out of the incident: the projection writes
+    them as `moved` rows, so the store does not keep an old row (and its loss) beside the
+    incident that now holds the attempt."""
     withdrawn: bool = False  # in time order the events do not give this incident
     pm: Postmortem = field(default_factory=Postmortem)
     story: dict[str, Told] = field(default_factory=dict)

@@ -114,6 +114,9 @@ def _job(inc: Incident, p: ev.JobImpacted | ev.RecoveryObserved | ev.RecoveryVer
         return
     key = p.job.key
     current = inc.jobs.get(key) or JobImpact(p.job.project, p.job.job_id, p.job.attempt)
+    ref = (current.project, current.job_id, current.attempt)
+    if ref in inc.moved:  # back in the incident
+        inc.moved = tuple(m for m in inc.moved if m != ref)
     updates = {name: getattr(p, name) for name in p.model_fields_set & _JOB_FIELDS}
     inc.jobs[key] = replace(current, **updates) if updates else current
 
@@ -180,6 +183,9 @@ def _(p: ev.DiagnosisRevised, inc: Incident, event: IncidentEvent) -> None:
     inc.signals, inc.flags, inc.linked = p.signals, set(p.flags), tuple(p.linked)
     inc.charged_gpu_hours = p.charged_gpu_hours
     jobs = [_revived(JobImpact, data) for data in p.jobs]
+    kept = {(j.project, j.job_id, j.attempt) for j in jobs}
+    left = {(j.project, j.job_id, j.attempt) for j in inc.jobs.values()} - kept
+    inc.moved = tuple(sorted((set(inc.moved) | left) - kept))
     inc.jobs = {job.key: job for job in jobs}
     inc.evidence = {e.event_id: e for e in (_revived(Evidence, d) for d in p.evidence)}
     for action in (_revived(Action, d) for d in p.proposed):

@@ -8,8 +8,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from processors.incidents.aggregate import JobImpact
 from processors.incidents.model import Incident, IncidentEvent
 from processors.postmortem.checklist import postmortem_due
+
+WITHDRAWN = "withdrawn"
+"""The flag of an incident's row that the events in time order do not give (its attempts,
+if any, went into another one: `merged_into`)."""
+MOVED = "moved"
+"""The role of an attempt's row in an incident it no longer belongs to (a revision moved it,
+or the incident was withdrawn into another): no GPUs, no loss, left out of every listing."""
 
 
 def _t(value: datetime | None) -> str | None:
@@ -26,6 +34,10 @@ def log_row(event: IncidentEvent) -> dict[str, Any]:
 
 
 def incident_row(inc: Incident) -> dict[str, Any]:
+    """A withdrawn incident's row keeps its projects (who may read why it was withdrawn) but
+    holds no attempt, GPU or loss (they are counted in the incident it went into) and is
+    flagged `withdrawn`."""
+    held = [] if inc.withdrawn else list(inc.jobs.values())
     return {
         "incident_id": inc.id, "version": inc.seq, "key": inc.key, "status": inc.status,
         "title": inc.title, "class": inc.klass, "entity": inc.entity, "rule": inc.rule,
@@ -38,11 +50,12 @@ def incident_row(inc: Incident) -> dict[str, Any]:
         "mitigated_at": _t(inc.mitigated_at), "resolved_at": _t(inc.resolved_at),
         "closed_at": _t(inc.closed_at), "first_signal_at": _t(inc.first_signal_at),
         "last_signal_at": _t(inc.last_signal_at), "signals": inc.signals,
-        "impacted_jobs": len({(j.project, j.job_id) for j in inc.jobs.values()
-                              if j.role != "linked"}),
-        "impacted_gpus": sum(j.gpus for j in inc.jobs.values() if j.role == "failed"),
-        "lost_gpu_hours": inc.lost_gpu_hours, "lost_steps": inc.lost_steps,
-        "recovery": inc.recovery, "projects": inc.projects, "flags": sorted(inc.flags),
+        "impacted_jobs": len({(j.project, j.job_id) for j in held if j.role != "linked"}),
+        "impacted_gpus": sum(j.gpus for j in held if j.role == "failed"),
+        "lost_gpu_hours": 0.0 if inc.withdrawn else inc.lost_gpu_hours,
+        "lost_steps": 0 if inc.withdrawn else inc.lost_steps,
+        "recovery": inc.recovery, "projects": inc.projects,
+        "flags": sorted(inc.flags | ({WITHDRAWN} if inc.withdrawn else set())),
         "linked": list(inc.linked), "postmortem_status": inc.pm.status,
         "postmortem_owner": inc.pm.owner, "postmortem_due": postmortem_due(inc) or inc.pm.due,
     }
@@ -58,19 +71,27 @@ def evidence_rows(inc: Incident, only: set[str] | None = None) -> list[dict[str,
 
 
 def job_rows(inc: Incident) -> list[dict[str, Any]]:
-    return [{"incident_id": inc.id, "project": j.project, "job_id": j.job_id,
-             "attempt": j.attempt, "role": j.role, "gpus": j.gpus, "failed_at": _t(j.failed_at),
-             "failure_step": j.failure_step, "failure_step_source": j.failure_step_source,
-             "last_checkpoint_step": j.last_checkpoint_step,
-             "last_checkpoint_at": _t(j.last_checkpoint_at),
-             "restarted_attempt": j.restarted_attempt, "restarted_at": _t(j.restarted_at),
-             "restored_step": j.restored_step, "resumed_at": _t(j.resumed_at),
-             "verified_at": _t(j.verified_at), "lost_gpu_hours": j.lost_gpu_hours,
-             "lost_steps": j.lost_steps, "rework_s": j.rework_s, "downtime_s": j.downtime_s,
-             "restore_s": j.restore_s, "queue_s": j.queue_s, "setback_s": j.setback_s,
-             "degraded_s": j.degraded_s, "recovery": j.recovery,
-             "duplicate_run": j.duplicate_run, "version": inc.seq}
-            for j in inc.jobs.values()]
+    """The attempts' rows; a withdrawn incident's and the moved-out attempts' as `moved`."""
+    moved = [*inc.moved] + ([(j.project, j.job_id, j.attempt) for j in inc.jobs.values()]
+                            if inc.withdrawn else [])
+    held = [] if inc.withdrawn else list(inc.jobs.values())
+    return [_job_row(inc, j) for j in held] + [
+        _job_row(inc, JobImpact(p, j, a, gpus=0, role=MOVED)) for p, j, a in moved]
+
+
+def _job_row(inc: Incident, j: JobImpact) -> dict[str, Any]:
+    return {"incident_id": inc.id, "project": j.project, "job_id": j.job_id,
+            "attempt": j.attempt, "role": j.role, "gpus": j.gpus, "failed_at": _t(j.failed_at),
+            "failure_step": j.failure_step, "failure_step_source": j.failure_step_source,
+            "last_checkpoint_step": j.last_checkpoint_step,
+            "last_checkpoint_at": _t(j.last_checkpoint_at),
+            "restarted_attempt": j.restarted_attempt, "restarted_at": _t(j.restarted_at),
+            "restored_step": j.restored_step, "resumed_at": _t(j.resumed_at),
+            "verified_at": _t(j.verified_at), "lost_gpu_hours": j.lost_gpu_hours,
+            "lost_steps": j.lost_steps, "rework_s": j.rework_s, "downtime_s": j.downtime_s,
+            "restore_s": j.restore_s, "queue_s": j.queue_s, "setback_s": j.setback_s,
+            "degraded_s": j.degraded_s, "recovery": j.recovery,
+            "duplicate_run": j.duplicate_run, "version": inc.seq}
 
 
 def action_rows(inc: Incident) -> list[dict[str, Any]]:

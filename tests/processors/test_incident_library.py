@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from processors.incidents.model import fold
 from processors.pipeline import Pipeline
 from tests.processors.incident_kit import replayed, stored
 from tests.scenarios.library import check, library, load, offset, run, wiring
@@ -50,3 +51,36 @@ def test_the_library_holds_the_stories_it_promises() -> None:
     for path in library():
         scenario = load(path)
         assert scenario.story and scenario.source, f"{path.name}: story and source"
+
+
+@pytest.mark.parametrize("path", library(), ids=lambda p: p.stem)
+def test_the_store_counts_a_failed_attempt_once(path: Path) -> None:
+    """When late evidence moves an attempt into another incident (or withdraws the incident
+    that held it), the store's old row is overwritten as `moved` (no GPUs, no loss) and the
+    withdrawn incident's row holds no loss: a job's lost GPU-hours, summed over the store's
+    rows as the job dashboard does, are the loss of the incidents the log holds it in."""
+    scenario = load(path)
+    pipeline = Pipeline(timedelta(seconds=30), wiring(scenario),
+                        lateness=offset(scenario.raw.get("lateness", "10m")),
+                        rules=scenario.rules)
+    batches, log = [], []
+    for event in scenario.events:
+        out = pipeline.process([event])
+        batches.append((out.incident_states, out.incidents))
+        log += out.incidents
+    rows = stored(batches)
+    live = {i.id: i for i in fold(log).values() if not i.withdrawn}
+    failed: dict[tuple[str, str, int], list[str]] = {}
+    for (inc_id, project, job, attempt), row in rows["incident_jobs"].items():
+        if row["role"] == "failed":
+            failed.setdefault((project, job, attempt), []).append(inc_id)
+        if inc_id not in live:
+            assert row["role"] == "moved" and row["lost_gpu_hours"] == 0, row
+    for attempt, holders in failed.items():
+        assert len(holders) == 1, f"{attempt} failed in {holders}"
+    for (inc_id,), row in rows["incidents"].items():
+        if inc_id not in live:
+            assert "withdrawn" in row["flags"] and row["lost_gpu_hours"] == 0, row
+    total = sum(r["lost_gpu_hours"] for r in rows["incident_jobs"].values())
+    assert round(total, 6) == round(sum(sum(j.lost_gpu_hours for j in i.jobs.values())
+                                        for i in live.values()), 6)
