@@ -109,12 +109,13 @@ def wait_caught_up(bootstrap: str, group: str, topics: list[str], worker: Worker
                          f"{lag(bootstrap, group, topics)}")
 
 
-def run_to_end(worker: Worker, bootstrap: str, group: str, topics: list[str]) -> int:
+def run_to_end(worker: Worker, bootstrap: str, group: str, topics: list[str],
+               timeout_s: float = 240) -> int:
     """Start the worker, wait until its group committed the end of `topics`, stop it;
     returns its exit code."""
     worker.start()
     try:
-        wait_caught_up(bootstrap, group, topics, worker)
+        wait_caught_up(bootstrap, group, topics, worker, timeout_s=timeout_s)
     finally:
         code = worker.stop()
     return code
