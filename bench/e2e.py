@@ -11,7 +11,8 @@ In one run, on one real broker and the same topic contents:
 - embedded: the embedded runner draining the same records from its file log into chDB.
 Each runs in its own process (chDB allows one engine per process). Printed: events/s of each
 and the ratios worker / baseline and embedded / raw chDB, the figures to compare across
-machines.
+machines; and the CPU time per event of each path (user + system, all threads of its
+process) with the same ratios, which other work on a shared machine moves much less.
 
     python -m bench.e2e --events 100000
 """
@@ -97,6 +98,7 @@ def baseline(bootstrap: str, topic: str, home: Path, n: int) -> dict[str, Any]:
         await consumer.start()
         done = 0
         first: float | None = None
+        cpu0 = 0.0
         try:
             deadline = time.monotonic() + 600
             while done < n and time.monotonic() < deadline:
@@ -105,14 +107,15 @@ def baseline(bootstrap: str, topic: str, home: Path, n: int) -> dict[str, Any]:
                         for line in m.value.split(b"\n")]
                 if not rows:
                     continue
-                first = first or time.monotonic()
+                if first is None:
+                    first, cpu0 = time.monotonic(), time.process_time()
                 store.client.insert("events", rows, column_names=EVENT_COLUMNS)
                 await consumer.commit()
                 done += len(rows)
         finally:
             await consumer.stop()
         elapsed = time.monotonic() - (first or time.monotonic())
-        return {"events": done, "seconds": elapsed}
+        return {"events": done, "seconds": elapsed, "cpu": time.process_time() - cpu0}
 
     return asyncio.run(run())
 
@@ -126,11 +129,12 @@ def embedded(home: Path, n: int) -> dict[str, Any]:
     runtime = EmbeddedRuntime(Settings(home=home))
     text = "\n".join(json.dumps(r) for r in sample.synthetic(n))
     records = decode(text, producer="bench", observed_at=datetime.now(UTC))
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     runtime.submit(records)
     result = runtime.drain()
     runtime.close()  # the final snapshot is part of the cost
-    return {"events": result.stored, "seconds": time.monotonic() - started}
+    return {"events": result.stored, "seconds": time.monotonic() - started,
+            "cpu": time.process_time() - cpu}
 
 
 def raw_chdb(home: Path, n: int, batch: int = 5000) -> dict[str, Any]:
@@ -146,13 +150,14 @@ def raw_chdb(home: Path, n: int, batch: int = 5000) -> dict[str, Any]:
     lines = [e.to_json().encode() for e in decode(text, producer="bench",
                                                   observed_at=datetime.now(UTC))
              if isinstance(e, Event)]
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     for i in range(0, len(lines), batch):
         store.client.raw_insert("events", insert_block=b"\n".join(lines[i:i + batch]),
                                 fmt="JSONEachRow",
                                 settings={"input_format_json_read_objects_as_strings": 1,
                                           "date_time_input_format": "best_effort"})
-    return {"events": len(lines), "seconds": time.monotonic() - started}
+    return {"events": len(lines), "seconds": time.monotonic() - started,
+            "cpu": time.process_time() - cpu}
 
 
 def _worker(bootstrap: str, prefix: str, home: Path, wire_batch: int,
@@ -167,24 +172,31 @@ def _worker(bootstrap: str, prefix: str, home: Path, wire_batch: int,
     worker.start()
     topic = f"{prefix}events"
     first_t: float | None = None
-    first_done = 0
+    first_done, first_cpu = 0, 0.0
     deadline = time.monotonic() + 900
     try:
         while time.monotonic() < deadline:
             done, end = lag(bootstrap, app_id, [topic])
             now = time.monotonic()
             if done and first_t is None:
-                first_t, first_done = now, done
+                first_t, first_done, first_cpu = now, done, _cpu(worker.proc)
             if end and done >= end:
                 assert first_t is not None
                 return {"events": done - first_done, "seconds": max(now - first_t, 1e-9),
-                        "total": done}
+                        "total": done, "cpu": _cpu(worker.proc) - first_cpu}
             if not worker.alive():
                 raise RuntimeError(worker.log.read_text()[-3000:])
             time.sleep(0.1)
         raise RuntimeError("worker did not finish in time")
     finally:
         worker.stop()
+
+
+def _cpu(proc: subprocess.Popen[bytes] | None) -> float:
+    """CPU seconds (user + system, all threads) the worker process has used so far."""
+    assert proc is not None
+    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _child(kind: str, *args: str) -> dict[str, Any]:
@@ -236,14 +248,19 @@ def main() -> None:
         emb = _child("embedded", "--events", str(opts.events), str(work / "embedded"))
     finally:
         kafka.stop(broker)
-    rate = {k: v["events"] / v["seconds"] for k, v in
-            (("baseline", base), ("worker", worker), ("raw_chdb", raw), ("embedded", emb))}
+    runs = (("baseline", base), ("worker", worker), ("raw_chdb", raw), ("embedded", emb))
+    rate = {k: v["events"] / v["seconds"] for k, v in runs}
+    # CPU time per event does not grow with other work on the machine the way wall time does
+    cpu = {k: v["cpu"] * 1e6 / max(1, v["events"]) for k, v in runs}
     print(json.dumps({
         "events": opts.events, "messages": len(values), "cores": os.cpu_count(),
         "signed": not opts.unsigned,
         **{f"{k}_events_per_s": round(v) for k, v in rate.items()},
         "ratio_worker_to_baseline": round(rate["worker"] / rate["baseline"], 3),
-        "ratio_embedded_to_raw_chdb": round(rate["embedded"] / rate["raw_chdb"], 3)},
+        "ratio_embedded_to_raw_chdb": round(rate["embedded"] / rate["raw_chdb"], 3),
+        **{f"{k}_cpu_us_per_event": round(v, 1) for k, v in cpu.items()},
+        "cpu_ratio_worker_to_baseline": round(cpu["baseline"] / cpu["worker"], 3),
+        "cpu_ratio_embedded_to_raw_chdb": round(cpu["raw_chdb"] / cpu["embedded"], 3)},
         indent=2))
 
 

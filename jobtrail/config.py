@@ -124,6 +124,10 @@ class Settings:
     (accepted means on disk); `never` leaves it to the OS (benchmarks only)."""
     snapshot_interval_s: float = 10.0
     """How often the processors' state is saved; a restart replays at most this much."""
+    gc_young: int = 50_000
+    """Allocations between the collector's young-generation passes in a runtime (0: the
+    interpreter's 700). At 700, full passes over the processors' large, long-lived state cost
+    a sixth of the embedded drain (docs/scaling.md)."""
     public_url: str = "http://localhost:8080"
     """Where people reach this API (links in notifications)."""
     grafana_url: str = "http://localhost:3000"
@@ -219,6 +223,7 @@ class Settings:
             api_tokens=tokens,
             log_fsync=_fsync(env.get("JOBTRAIL_LOG_FSYNC") or "always"),
             snapshot_interval_s=_float(env, "JOBTRAIL_SNAPSHOT_INTERVAL_S", 10.0),
+            gc_young=max(0, _int(env, "JOBTRAIL_GC_YOUNG", 50_000)),
             public_url=public_url,
             identity=(env.get("JOBTRAIL_IDENTITY") or "").strip(),
             session_key=(env.get("JOBTRAIL_SESSION_KEY") or "").encode(),

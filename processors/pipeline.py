@@ -246,7 +246,9 @@ class Pipeline:
         return rows_of
 
     def _rows(self, event: Event) -> list[TimelineRow]:
-        job_record = self.jobs.get((event.project, event.job_id)) if event.job_id else None
+        # only a job event without its attempt needs the attempt running then
+        job_record = self.jobs.get((event.project, event.job_id)) \
+            if event.job_id and event.attempt is None else None
         attempt_of_job = job_record.attempt_at(event.time) if job_record else None
         return rows_for(event, self.membership, attempt_of_job, self.topology)
 

@@ -24,8 +24,8 @@ from importlib import resources
 from typing import Any
 
 import clickhouse_connect
-from pydantic_core import to_json
 
+from jobtrail.store.columnar import EVENT_IDS_SCHEMA, event_ids_block, timeline_block
 from jobtrail.store.incidents import IncidentTables
 from jobtrail.store.retry import RetryPolicy
 from jobtrail.store.rows import (
@@ -38,12 +38,13 @@ from jobtrail.store.rows import (
     attempt_row,
     dead_letter_row,
     event_from_row,
-    timeline_json,
 )
 from processors.attempts import Attempt
 from processors.pipeline import Outputs
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
+
+EVENT_IDS_COLUMNS = EVENT_IDS_SCHEMA.names
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
@@ -170,15 +171,18 @@ class Store(IncidentTables):
         """JSONEachRow insert (JSONCompactEachRow with `columns`): ClickHouse parses in C++,
         several times faster than building native blocks in Python. Objects land in String
         columns as JSON text."""
-        if not lines:
-            return
+        if lines:
+            self._insert_raw(table, b"\n".join(lines), token,
+                             "JSONCompactEachRow" if columns else "JSONEachRow", columns)
+
+    def _insert_raw(self, table: str, block: bytes, token: str | None, fmt: str,
+                    columns: list[str] | None = None) -> None:
         settings: dict[str, Any] = dict(_JSON_INSERT)
         if token:
             settings["insert_deduplication_token"] = f"{token}/{table}"
-        block = b"\n".join(lines)
         self.retry.run(lambda: self.client.raw_insert(
-            f"{self.database}.{table}", column_names=columns, insert_block=block,
-            fmt="JSONCompactEachRow" if columns else "JSONEachRow", settings=settings))
+            f"{self.database}.{table}", column_names=columns, insert_block=block, fmt=fmt,
+            settings=settings))
 
     def stored_dead_letter_ids(self, ids: Sequence[str]) -> set[str]:
         if not ids:
@@ -198,8 +202,9 @@ class Store(IncidentTables):
         `event_ids` rows go last: an id there means its whole batch is stored."""
         self._insert("dead_letters", [dead_letter_row(d) for d in dead_letters],
                      DEAD_LETTER_COLUMNS, token)
-        self._insert_json("job_timeline", [timeline_json(r) for r in outputs.timeline], token,
-                          TIMELINE_COLUMNS)
+        if outputs.timeline:
+            self._insert_raw("job_timeline", timeline_block(outputs.timeline), token,
+                             "ArrowStream", TIMELINE_COLUMNS)
         self._insert("job_attempts", [attempt_row(a) for a in outputs.attempts],
                      ATTEMPT_COLUMNS, token)
         self.write_incidents(outputs.incidents, outputs.incident_states, token)
@@ -207,10 +212,9 @@ class Store(IncidentTables):
         given = raw or {}
         self._insert_json("events", [given.get(e.id) or e.to_json().encode() for e in new],
                           token)
-        arrival = arrivals or {}
-        self._insert_json("event_ids", [to_json({
-            "id": e.id, "arrival": arrival.get(e.id, ""), "digest": e.digest(), "time": e.time,
-            "cluster": e.cluster}) for e in new], token)
+        if new:
+            self._insert_raw("event_ids", event_ids_block(new, arrivals or {}), token,
+                             "ArrowStream", EVENT_IDS_COLUMNS)
 
     def recent_events(self, seconds: float) -> list[Event]:
         """Every event within `seconds` of the newest, oldest first (detector memory)."""

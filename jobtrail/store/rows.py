@@ -1,5 +1,5 @@
 """Row shapes of the store's tables: column lists, and the codecs between our models and the
-rows clickhouse-connect sends and returns (the hot insert path builds JSONEachRow bytes)."""
+rows clickhouse-connect sends and returns (the row-per-event tables go as Arrow: `columnar.py`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic_core import to_json
-
 from processors.attempts import Attempt
-from processors.timeline import TimelineRow
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
 
@@ -40,16 +37,6 @@ TIMELINE_COLUMNS = [
     "project", "job_id", "attempt", "time", "event_id", "cluster", "source", "type",
     "severity", "relation", "entity", "link_path", "scope", "node", "message", "attributes",
 ]
-
-
-def timeline_json(r: TimelineRow) -> bytes:
-    """One `job_timeline` row as a JSONCompactEachRow line (TIMELINE_COLUMNS order): values
-    without their keys, the cheapest row to build on the hot path."""
-    e = r.event
-    # pydantic-core's serializer is ~3x faster than json.dumps here
-    return to_json([r.project, r.job_id, r.attempt, e.time, e.id, e.cluster, e.source, e.type,
-                    e.severity, r.relation, r.entity, r.link_path, e.scope or "", e.node or "",
-                    e.message, e.attributes], fallback=str)
 
 
 def attempt_row(a: Attempt) -> list[Any]:

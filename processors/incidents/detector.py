@@ -63,8 +63,14 @@ class Detector:
 
     @property
     def context(self) -> Context:
-        """What the concerns decide from (built per call: `book` is replaced on restore)."""
-        return Context(self.book, self.rules, self.topology)
+        """What the concerns decide from: rebuilt when the book (replaced on restore and by
+        a lateness re-evaluation), the rules or the topology changed, else the last one
+        (it was a new object per event)."""
+        ctx: Context | None = self.__dict__.get("_context")
+        if ctx is None or ctx.book is not self.book or ctx.rules is not self.rules \
+                or ctx.topology is not self.topology:
+            ctx = self.__dict__["_context"] = Context(self.book, self.rules, self.topology)
+        return ctx
 
     @property
     def incidents(self) -> Incidents:

@@ -31,7 +31,7 @@ def track(ctx: Context, event: Event) -> None:
         progress.last_step_event = event.id
         slowdown.arm_hang(ctx, progress, key)
         step_time = attrs.get("step_time_s")
-        if isinstance(step_time, int | float) and not isinstance(step_time, bool):
+        if isinstance(step_time, (int, float)) and not isinstance(step_time, bool):
             slowdown.sample(ctx, event, key, progress, float(step_time))
         failure_step(ctx, event, key, attrs["step"], "progress")
         progressed(ctx, event, key, attrs["step"])
