@@ -12,9 +12,10 @@ difference to the incident log on the incidents already opened, as `diagnosis_re
 never opens a second one for the same failure: an incident the time-ordered events do not
 give is merged into the one that now holds its attempts.
 
-Bounded: the journal keeps the events since the newest checkpoint older than `horizon`
-behind the watermark; checkpoints are taken every `horizon / 4` of event time (at most
-5 min), at most `MAX_CHECKPOINTS` of them. An event
+Bounded by the horizon, whatever it is: the journal keeps the events since the newest
+checkpoint older than `horizon` behind the watermark; checkpoints are taken every
+`horizon / 4` of event time (at most 5 min), or further apart when that would take more than
+`MAX_CHECKPOINTS` to span the horizon (a backfill's hours of it). An event
 older than that is decided in arrival order, where it arrived (and replayed there again by a
 later re-evaluation), by the concerns' own late paths (`cause.late`, late attribution).
 Cost: a late event replays the window after its checkpoint; events in order cost nothing.
@@ -55,8 +56,9 @@ EVERY = timedelta(minutes=5)
 """Checkpoint spacing in event time (at most horizon / 4): a late event replays at most
 this much before it, plus what arrived after it."""
 MAX_CHECKPOINTS = 12
-"""Memory bound: past it the second oldest goes (the oldest still covers the horizon; the
-recent ones, which most late events use, stay dense)."""
+"""Memory bound: the spacing (`Lateness.every`) keeps them within it; past it (only after
+the horizon grew, `Pipeline.bind`) the second oldest goes, the oldest still covering the
+horizon."""
 
 
 @dataclass
@@ -88,7 +90,13 @@ class Lateness:
 
     @property
     def every(self) -> timedelta:
-        return max(min(self.horizon / 4, EVERY), timedelta(seconds=1))
+        """Checkpoint spacing. Those newer than the cutoff are at least this far apart, so
+        at most `horizon / every + 1` of them, plus the one that covers the cutoff: within
+        `MAX_CHECKPOINTS`, so the oldest is always the one that leaves past the cutoff
+        (dropping the second oldest instead, as a horizon of more than 12 spacings made
+        it, kept the first checkpoint and every event since it forever)."""
+        return max(min(self.horizon / 4, EVERY), self.horizon / (MAX_CHECKPOINTS - 2),
+                   timedelta(seconds=1))
 
     def observe(self, d: Detector, event: Event,
                 rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
