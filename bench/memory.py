@@ -12,7 +12,8 @@ a store or broker in the process. Three figures:
    at a random share of their run, so attempts end and start at a steady rate from the
    beginning): steps, ECC events (5 %), NCCL timeouts (`--incident-rate`, each opening an
    incident), one event per `--spacing-ms` of event time (3 ms: a step a minute from each of
-   20k jobs; the hang rule's 15 min stays far). Incidents open and close: a person resolves
+   20k jobs; the hang rule's 15 min stays far); a job whose NCCL times out fails there and
+   a new one starts. Incidents open and close: a person resolves
    each `--resolve-after-min` after it opened (event time), and the pipeline evicts it
    `--evict-after-min` later; the store it is read back from is a SQLite file
    (`FileArchive`), outside the measured state. A warm-up of `--warmup-hours` of event time
@@ -120,10 +121,18 @@ class Load:
                             "entity": f"{node}/gpu0", "node": node,
                             "attributes": {"gpu": "0", "kind": "sbe", "count": 1}})
             elif roll < 0.05 + self.incident_rate:
+                # the watchdog takes the job down: it fails, and a new one starts
                 out.append({**base, "type": "comm.nccl_timeout", "project": project,
                             "job_id": job, "attempt": 1, "severity": "error",
                             "message": "Watchdog caught collective operation timeout",
                             "attributes": {"rank": 0, "seq_num": self.seq}})
+                del self.running[job]
+                jobs.remove(job)
+                out.append({**base, "id": f"e-{self.seq}-failed", "type": "job.failed",
+                            "project": project, "job_id": job, "attempt": 1,
+                            "severity": "error", "message": "NCCL watchdog timeout"})
+                out.append(self.start())
+                jobs.append(f"mem-job-{self.next_job - 1}")
             else:
                 self.running[job] = (nodes, end, step + 1)
                 out.append({**base, "type": "job.step", "project": project, "job_id": job,
@@ -266,12 +275,14 @@ def warmup_hours(retention_h: float, resolve_after_min: float, evict_after_min: 
                  lateness: timedelta = timedelta(minutes=10)) -> float:
     """Event time until every window is full: ended jobs kept `retention_h`, remembered
     signals and counts (`Rules.memory_s` plus the lateness horizon), an incident's life
-    (resolved, then evicted), with a sweep's period (10 min) to spare."""
+    (resolved, or its failed job forgotten, then evicted), with a sweep's period (10 min)
+    to spare."""
     from processors.incidents.rules import load_rules
 
+    held = max(timedelta(hours=retention_h), timedelta(minutes=resolve_after_min))
     windows = [timedelta(hours=retention_h),
                timedelta(seconds=load_rules().memory_s) + lateness,
-               timedelta(minutes=resolve_after_min + evict_after_min) + lateness]
+               held + timedelta(minutes=evict_after_min) + lateness]
     return (max(windows) + timedelta(minutes=10)).total_seconds() / 3600
 
 
@@ -300,7 +311,7 @@ def _slope(samples: list[dict[str, Any]]) -> float:
 def soak(nodes: int, open_jobs: int, minutes: float, batch: int, spacing_ms: int,
          retention_h: float, event_hours: float = 1e9, incident_rate: float = 0.0001,
          resolve_after_min: float = 20, evict_after_min: float = 10,
-         warmup_h: float | None = None) -> dict[str, Any]:
+         warmup_h: float | None = None, total_minutes: float = 1e9) -> dict[str, Any]:
     from processors.incidents.eviction import Eviction
 
     pipeline = _pipeline(nodes)
@@ -333,7 +344,7 @@ def soak(nodes: int, open_jobs: int, minutes: float, batch: int, spacing_ms: int
             next_hour += 0.5
     measured_from, events_from, hours_from = time.monotonic(), events, load.t
     samples = [sample("measured")]
-    deadline = measured_from + minutes * 60
+    deadline = min(measured_from + minutes * 60, started + total_minutes * 60)
     next_sample = measured_from + minutes * 6  # ten samples
     end_at = T0 + timedelta(hours=warmup_h + min(event_hours, 1e5))
     while True:
@@ -382,6 +393,8 @@ def main() -> None:
     parser.add_argument("--warmup-hours", type=float, default=None,
                         help="event time before the measured phase (default: until every "
                              "window is full)")
+    parser.add_argument("--total-minutes", type=float, default=1e9,
+                        help="end the measured phase by this much wall time from the start")
     parser.add_argument("--soak-only", action="store_true")
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     opts = parser.parse_args()
@@ -409,7 +422,7 @@ def _soak(opts: argparse.Namespace) -> None:
     print(json.dumps(soak(opts.nodes, opts.attempts, opts.minutes, opts.batch,
                           opts.spacing_ms, opts.retention_h, opts.event_hours,
                           opts.incident_rate, opts.resolve_after_min, opts.evict_after_min,
-                          opts.warmup_hours), indent=2))
+                          opts.warmup_hours, opts.total_minutes), indent=2))
 
 
 if __name__ == "__main__":
