@@ -35,6 +35,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -182,8 +183,8 @@ _sizes = sizes
 
 
 class FileArchive:
-    """The store stand-in evicted incidents are read back from: a SQLite file, so the log
-    the soak writes is not in the measured memory."""
+    """The store stand-in evicted incidents are read back from: a SQLite file (`path`), so
+    the log the soak writes is not in the measured memory; `:memory:` for small tests."""
 
     def __init__(self, path: str = ":memory:") -> None:
         import sqlite3
@@ -316,7 +317,9 @@ def soak(nodes: int, open_jobs: int, minutes: float, batch: int, spacing_ms: int
 
     pipeline = _pipeline(nodes)
     pipeline.job_retention = timedelta(hours=retention_h)
-    archive = FileArchive()
+    # on disk: an in-memory database (the default) grew the process by the whole log
+    store = tempfile.TemporaryDirectory(prefix="bench-memory-")
+    archive = FileArchive(os.path.join(store.name, "incident_log.sqlite"))
     pipeline.archive(archive, Eviction(after=timedelta(minutes=evict_after_min),
                                        quiet_after=timedelta(hours=retention_h)))
     load = Load(nodes, open_jobs, spacing_ms=spacing_ms, incident_rate=incident_rate)
@@ -357,6 +360,8 @@ def soak(nodes: int, open_jobs: int, minutes: float, batch: int, spacing_ms: int
                 break
     first, last = samples[0], samples[-1]
     wall = max(time.monotonic() - measured_from, 1e-9)
+    archive.db.close()
+    store.cleanup()
     return {"warmup_event_hours": round(warmup_h, 2),
             "warmup_minutes": round((measured_from - started) / 60, 1),
             "measured_minutes": round(wall / 60, 1), "measured_events": events - events_from,
