@@ -181,10 +181,14 @@ class Lateness:
         oldest = self.checkpoints[0].position
         if oldest is not None:
             cut = bisect.bisect_right(self.journal, oldest, key=lambda j: j[0])
-            del self.journal[:cut]
-            self.touched = {i: at for i, at in self.touched.items() if at > oldest}
-            self.recalls = {i: r for i, r in self.recalls.items() if r[0] > oldest}
-            self.unlisted = {i: at for i, at in self.unlisted.items() if at >= oldest}
+            # only when the oldest checkpoint moved on (its event was journalled): what is
+            # written after it needs no pruning, and pruning thousands of touched incidents
+            # at every event was most of a worker's time
+            if cut:
+                del self.journal[:cut]
+                self.touched = {i: at for i, at in self.touched.items() if at > oldest}
+                self.recalls = {i: r for i, r in self.recalls.items() if r[0] > oldest}
+                self.unlisted = {i: at for i, at in self.unlisted.items() if at >= oldest}
 
     def _reevaluate(self, d: Detector, base: int, position: Position, event: Event,
                     rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
