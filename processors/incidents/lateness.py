@@ -12,9 +12,10 @@ difference to the incident log on the incidents already opened, as `diagnosis_re
 never opens a second one for the same failure: an incident the time-ordered events do not
 give is merged into the one that now holds its attempts.
 
-Bounded: the journal keeps the events since the newest checkpoint older than `horizon`
-behind the watermark; checkpoints are taken every `horizon / 4` of event time (at most
-5 min), at most `MAX_CHECKPOINTS` of them. An event
+Bounded by the horizon, whatever it is: the journal keeps the events since the newest
+checkpoint older than `horizon` behind the watermark; checkpoints are taken every
+`horizon / 4` of event time (at most 5 min), or further apart when that would take more than
+`MAX_CHECKPOINTS` to span the horizon (a backfill's hours of it). An event
 older than that is decided in arrival order, where it arrived (and replayed there again by a
 later re-evaluation), by the concerns' own late paths (`cause.late`, late attribution).
 Cost: a late event replays the window after its checkpoint; events in order cost nothing.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import pickle
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -55,14 +57,25 @@ EVERY = timedelta(minutes=5)
 """Checkpoint spacing in event time (at most horizon / 4): a late event replays at most
 this much before it, plus what arrived after it."""
 MAX_CHECKPOINTS = 12
-"""Memory bound: past it the second oldest goes (the oldest still covers the horizon; the
-recent ones, which most late events use, stay dense)."""
+"""Memory bound: the spacing (`Lateness.every`) keeps them within it; past it (only after
+the horizon grew, `Pipeline.bind`) the second oldest goes, the oldest still covering the
+horizon."""
 
 
 @dataclass
 class Checkpoint:
     position: Position | None  # the last event folded into `book` (None: the beginning)
     book: bytes
+    """The detector's memory, pickled and compressed: with 20k attempts and an hour of
+    signals a pickled book is tens of MB, a sixth of it compressed."""
+
+    @classmethod
+    def of(cls, position: Position | None, book: Book) -> Checkpoint:
+        return cls(position, zlib.compress(pickle.dumps(book), 1))
+
+    def restore(self) -> Book:
+        book: Book = pickle.loads(zlib.decompress(self.book))  # noqa: S301 - our own bytes
+        return book
 
 
 @dataclass
@@ -70,7 +83,9 @@ class Lateness:
     """The journal and checkpoints one detector is re-evaluated from."""
 
     horizon: timedelta = timedelta(minutes=10)
-    journal: list[tuple[Position, Event]] = field(default_factory=list)
+    journal: list[tuple[Position, str]] = field(default_factory=list)
+    """The events since the oldest checkpoint, as JSON: a parsed event is 2 KB in memory,
+    its JSON a sixth of that, and only a replay reads them again."""
     checkpoints: list[Checkpoint] = field(default_factory=list)
     head: Position | None = None
     touched: dict[str, Position] = field(default_factory=dict)
@@ -88,12 +103,18 @@ class Lateness:
 
     @property
     def every(self) -> timedelta:
-        return max(min(self.horizon / 4, EVERY), timedelta(seconds=1))
+        """Checkpoint spacing. Those newer than the cutoff are at least this far apart, so
+        at most `horizon / every + 1` of them, plus the one that covers the cutoff: within
+        `MAX_CHECKPOINTS`, so the oldest is always the one that leaves past the cutoff
+        (dropping the second oldest instead, as a horizon of more than 12 spacings made
+        it, kept the first checkpoint and every event since it forever)."""
+        return max(min(self.horizon / 4, EVERY), self.horizon / (MAX_CHECKPOINTS - 2),
+                   timedelta(seconds=1))
 
     def observe(self, d: Detector, event: Event,
                 rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
         if not self.checkpoints:
-            self.checkpoints.append(Checkpoint(None, pickle.dumps(d.book)))
+            self.checkpoints.append(Checkpoint.of(None, d.book))
         position = (event.time, event.id)
         if self.head is not None and position <= self.head:
             base = self._base(position)
@@ -106,7 +127,7 @@ class Lateness:
             position = (self.head[0], f"{self.head[1]}{_STRAGGLER}{event.id}")
         out = d.observe(event, rows_of(event))
         self._recalled(d.book, position)
-        self.journal.append((position, event))
+        self.journal.append((position, event.model_dump_json()))
         self.head = position
         self._touch(position, out)
         self._after(d)
@@ -144,7 +165,7 @@ class Lateness:
     def _checkpoint(self, d: Detector, position: Position) -> None:
         last = self.checkpoints[-1].position
         if last is None or position[0] - last[0] >= self.every:
-            self.checkpoints.append(Checkpoint(position, pickle.dumps(d.book)))
+            self.checkpoints.append(Checkpoint.of(position, d.book))
 
     def _after(self, d: Detector) -> None:
         """Checkpoint every `every` of event time; forget what is past the horizon."""
@@ -160,29 +181,34 @@ class Lateness:
         oldest = self.checkpoints[0].position
         if oldest is not None:
             cut = bisect.bisect_right(self.journal, oldest, key=lambda j: j[0])
-            del self.journal[:cut]
-            self.touched = {i: at for i, at in self.touched.items() if at > oldest}
-            self.recalls = {i: r for i, r in self.recalls.items() if r[0] > oldest}
-            self.unlisted = {i: at for i, at in self.unlisted.items() if at >= oldest}
+            # only when the oldest checkpoint moved on (its event was journalled): what is
+            # written after it needs no pruning, and pruning thousands of touched incidents
+            # at every event was most of a worker's time
+            if cut:
+                del self.journal[:cut]
+                self.touched = {i: at for i, at in self.touched.items() if at > oldest}
+                self.recalls = {i: r for i, r in self.recalls.items() if r[0] > oldest}
+                self.unlisted = {i: at for i, at in self.unlisted.items() if at >= oldest}
 
     def _reevaluate(self, d: Detector, base: int, position: Position, event: Event,
                     rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
         self.reevaluations += 1
-        bisect.insort(self.journal, (position, event), key=lambda j: j[0])
+        bisect.insort(self.journal, (position, event.model_dump_json()), key=lambda j: j[0])
         checkpoint = self.checkpoints[base]
         del self.checkpoints[base + 1:]  # taken before this event: no longer the answer
         since = checkpoint.position
         live = d.book
         touched = {inc for inc, at in self.touched.items() if since is None or at > since}
         replay: list[IncidentEvent] = []
-        d.book = pickle.loads(checkpoint.book)  # noqa: S301 - our own bytes, in memory
+        d.book = checkpoint.restore()
         d.book.incidents.like(live.incidents)
         if live.incidents.recall is not None:
             d.book.incidents.recall = self._as_at(since, touched, live.incidents.resident(),
                                                   live.incidents.recall)
         start = 0 if since is None else bisect.bisect_right(self.journal, since,
                                                             key=lambda j: j[0])
-        for at, replayed in self.journal[start:]:
+        for at, raw in self.journal[start:]:
+            replayed = Event.model_validate_json(raw)
             emitted = d.observe(replayed, rows_of(replayed))
             self._recalled(d.book, at)
             replay.extend(emitted)
@@ -201,9 +227,9 @@ class Lateness:
         d.book.incidents.recalled.clear()
         for later in self.checkpoints[base + 1:]:  # taken during the replay: renamed too
             if renamed:
-                book = pickle.loads(later.book)  # noqa: S301 - our own bytes
+                book = later.restore()
                 _rename(book, renamed)
-                later.book = pickle.dumps(book)
+                later.book = Checkpoint.of(later.position, book).book
         self._touch(position, out)
         self.revisions += sum(1 for e in out if e.kind == "diagnosis_revised")
         return out

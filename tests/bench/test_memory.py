@@ -37,7 +37,7 @@ def test_closed_incidents_leave_memory_and_the_state_follows_open_work() -> None
     pipeline.job_retention = RETENTION
     archive = FileArchive()
     pipeline.archive(archive, Eviction(after=EVICT_AFTER, quiet_after=RETENTION))
-    load = Load(64, OPEN_JOBS, spacing_ms=500, incident_rate=0.01)
+    load = Load(64, OPEN_JOBS, spacing_ms=500, incident_rate=0.01, staggered=False)
     churn = Churn(pipeline, load, archive, resolve_after=timedelta(minutes=5))
     pipeline.process(_events(load.opening()))
     mid: dict[str, int] = {}
