@@ -43,7 +43,7 @@ def month_events(nodes: int = NODES) -> int:
 
 def _slice(n: int) -> list[Any]:
     """`n` canonical events of the 2,000-node cluster, in event-time order, at its rate."""
-    from bench.memory import Load, _events
+    from bench.memory_load import Load, _events
 
     per_s = NODES * EVENTS_PER_1000_NODES_H / 1000 / 3600
     load = Load(NODES, NODES // 8, spacing_ms=max(1, round(1000 / per_s)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from bench.memory import T0, Churn, FileArchive, Load, _events, _wiring, sizes
+from bench.memory_load import T0, Churn, FileArchive, Load, _events, _wiring, sizes
 from processors.incidents.eviction import Eviction
 from processors.incidents.rules import load_rules
 from processors.pipeline import Pipeline

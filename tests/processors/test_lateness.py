@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bench.memory import Load, _events
+from bench.memory_load import Load, _events
 from processors.incidents.lateness import MAX_CHECKPOINTS
 from processors.pipeline import Pipeline
 
