@@ -333,10 +333,8 @@ def reconcile(live: Book, rebuilt: Book, replay: list[IncidentEvent], touched: s
                 not now.withdrawn and not was.withdrawn and _conclusion(now) == _conclusion(was)):
             continue
         if now.withdrawn:  # the replay moved its attempts into another incident
-            target = renamed.get(now.merged_into, now.merged_into)
-            payload: ev.Payload = ev.DiagnosisRevised(
-                why=why + (f": its attempts belong to {target}" if target else
-                           ": it is not an incident"), merged_into=target)
+            payload: ev.Payload = _withdrawal(why, renamed.get(now.merged_into,
+                                                                now.merged_into))
         else:
             payload = revision(now, why)
         event = _write(live, inc_id, payload, late.time, f"revised:{late.id}:{was.seq}")
@@ -348,10 +346,7 @@ def reconcile(live: Book, rebuilt: Book, replay: list[IncidentEvent], touched: s
         was = live.incidents[inc_id]
         target = next((i for i in sorted(rebuilt.incidents)
                        if _active_jobs(rebuilt.incidents[i]) & _active_jobs(was)), "")
-        payload = ev.DiagnosisRevised(
-            why=why + (f": its attempts belong to {target}" if target else
-                       ": it is not an incident"), merged_into=target)
-        event = _write(live, inc_id, payload, late.time, f"merged:{late.id}")
+        event = _write(live, inc_id, _withdrawal(why, target), late.time, f"merged:{late.id}")
         if event is not None:
             out.append(event)
     for inc_id, inc in live.incidents.items():
@@ -363,6 +358,13 @@ def reconcile(live: Book, rebuilt: Book, replay: list[IncidentEvent], touched: s
         rebuilt.incidents[inc_id] = inc  # with what people did; withdrawn ones stay known
     rebuilt.opened_observed = {**live.opened_observed, **rebuilt.opened_observed}
     return out, renamed
+
+
+def _withdrawal(why: str, target: str) -> ev.DiagnosisRevised:
+    """Withdraw an incident the time-ordered events do not give: into `target`, the one
+    that now holds its attempts, or as not an incident."""
+    return ev.DiagnosisRevised(why=why + (f": its attempts belong to {target}" if target else
+                                          ": it is not an incident"), merged_into=target)
 
 
 def _rename(book: Book, names: dict[str, str]) -> None:
