@@ -78,17 +78,22 @@ def attempts(nodes: int, steps: tuple[int, ...]) -> list[dict[str, Any]]:
 
 
 def warmup_hours(retention_h: float, resolve_after_min: float, evict_after_min: float,
-                 lateness: timedelta = timedelta(minutes=10)) -> float:
+                 lateness: timedelta = timedelta(minutes=10),
+                 ecc_per_node_hour: float = 0.0) -> float:
     """Event time until every window is full: ended jobs kept `retention_h`, remembered
     signals and counts (`Rules.memory_s` plus the lateness horizon), an incident's life
-    (resolved, or its failed job forgotten, then evicted), with a sweep's period (10 min)
-    to spare."""
+    (resolved, or its failed job forgotten, then evicted), a node's standing ECC incident
+    holding its `max_signal_evidence` signals (`ecc_per_node_hour`: the load's rate; a
+    tenth more for the signals before it opens), with a sweep's period (10 min) to spare."""
     from processors.incidents.rules import load_rules
 
+    rules = load_rules()
     held = max(timedelta(hours=retention_h), timedelta(minutes=resolve_after_min))
     windows = [timedelta(hours=retention_h),
-               timedelta(seconds=load_rules().memory_s) + lateness,
+               timedelta(seconds=rules.memory_s) + lateness,
                held + timedelta(minutes=evict_after_min) + lateness]
+    if ecc_per_node_hour > 0:
+        windows.append(timedelta(hours=1.1 * rules.max_signal_evidence / ecc_per_node_hour))
     return (max(windows) + timedelta(minutes=10)).total_seconds() / 3600
 
 
@@ -131,7 +136,7 @@ def soak(nodes: int, open_jobs: int, minutes: float, batch: int, spacing_ms: int
     churn = Churn(pipeline, load, archive, timedelta(minutes=resolve_after_min))
     if warmup_h is None:
         warmup_h = warmup_hours(retention_h, resolve_after_min, evict_after_min,
-                                pipeline.lateness)
+                                pipeline.lateness, load.ecc_per_node_hour())
     started = time.monotonic()
     opening = load.opening()
     for i in range(0, len(opening), batch):

@@ -28,6 +28,9 @@ def _iso(t: datetime) -> str:
 class Load:
     """Canonical records of a fleet whose `open_jobs` attempts churn."""
 
+    ECC_SHARE = 0.05
+    """Share of events that are a correctable ECC error on one of the job's nodes."""
+
     def __init__(self, nodes: int, open_jobs: int, seed: int = 16, spacing_ms: int = 3,
                  incident_rate: float = 0.0001, staggered: bool = True) -> None:
         self.nodes, self.open_jobs = nodes, open_jobs
@@ -55,6 +58,11 @@ class Load:
                 "project": f"proj-{j % 20}", "cluster": "mem", "job_id": job, "attempt": 1,
                 "attributes": {"nodes": nodes, "gpus": 8 * NODES_PER_JOB}}
 
+    def ecc_per_node_hour(self) -> float:
+        """Correctable ECC errors a node reports per hour of event time (every node carries
+        the same number of jobs)."""
+        return self.ECC_SHARE * 3600 / (self.spacing.total_seconds() * self.nodes)
+
     def opening(self) -> list[dict[str, Any]]:
         # in (time, id) order: the detector re-evaluates an event that arrives behind one
         # it already saw, and these all share one time
@@ -80,12 +88,12 @@ class Load:
                             "job_id": job, "attempt": 1})
                 out.append(self.start())
                 jobs.append(f"mem-job-{self.next_job - 1}")
-            elif roll < 0.05:
+            elif roll < self.ECC_SHARE:
                 node = nodes[self.seq % len(nodes)]
                 out.append({**base, "type": "node.ecc", "scope": "gpu",
                             "entity": f"{node}/gpu0", "node": node,
                             "attributes": {"gpu": "0", "kind": "sbe", "count": 1}})
-            elif roll < 0.05 + self.incident_rate:
+            elif roll < self.ECC_SHARE + self.incident_rate:
                 # the watchdog takes the job down: it fails, and a new one starts
                 out.append({**base, "type": "comm.nccl_timeout", "project": project,
                             "job_id": job, "attempt": 1, "severity": "error",
@@ -123,12 +131,16 @@ def _pipeline(nodes: int) -> Any:
 def sizes(pipeline: Any) -> dict[str, int]:
     """What each structure of a partition's state holds (entries; the checkpoints in KB)."""
     book, late = pipeline.detector.book, pipeline.reorder
+    resident = list(dict.values(book.incidents))  # not folding evicted ones back
     return {"jobs": len(pipeline.jobs), "placed": len(pipeline.membership._placed),
             "spans": sum(len(v) for v in pipeline.membership._index.values()),
             "waiting": sum(len(v) for v in pipeline._waiting.values()),
             "waiting_order": len(pipeline._waiting_order),
             "attributed": len(pipeline._attributed),
-            "incidents": len(book.incidents.resident()), "evicted": len(book.incidents.evicted),
+            "incidents": len(resident), "evicted": len(book.incidents.evicted),
+            "evidence": sum(len(i.evidence) for i in resident),
+            "decision_ids": sum(len(i.applied) for i in resident),
+            "impacts": sum(len(i.jobs) for i in resident),
             "open": len(book.open), "resolved": len(book.resolved),
             "by_attempt": len(book.by_attempt), "pending": len(book.pending),
             "detector_jobs": len(book.jobs), "progress": len(book.progress),

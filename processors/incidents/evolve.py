@@ -27,7 +27,11 @@ def apply(state: Incident | None, event: IncidentEvent) -> Incident:
     inc = state or Incident(id=event.incident_id)
     if event.id in inc.applied:
         return inc
-    inc.applied.add(event.id)
+    if _counted(event):
+        if event.seq <= inc.seq:
+            return inc  # a count folds once: this seq is already in
+    else:
+        inc.applied.add(event.id)
     inc.seq = max(inc.seq, event.seq)
     if event.command_id:
         inc.commands.add(event.command_id)
@@ -42,6 +46,20 @@ def apply(state: Incident | None, event: IncidentEvent) -> Incident:
         inc.story[event.id] = Told(event.id, event.kind, happened(payload, event), event.time,
                                    event.actor.name, _told_text(payload))
     return inc
+
+
+def _counted(event: IncidentEvent) -> bool:
+    """A plain count of a signal (`signal_added` naming its event and nothing else): a
+    sustained condition logs one every quarter group window for as long as it lasts, so its
+    id is not kept in `applied` (which would grow with the incident's age). It is applied
+    once by its seq instead: a fold takes the log in seq order and every decision is
+    numbered after the state's last, so a count at or below the state's seq is in already.
+    A decision to count the same signal twice is refused where it is taken (`signals`)."""
+    if event.kind != "signal_added":
+        return False
+    data = event.data
+    return bool(data.get("event_id")) and not (data.get("flag") or data.get("detail")
+                                               or data.get("linked"))
 
 
 _TOLD = {"acknowledged", "commander_assigned", "note_added", "mitigated", "paged", "resolved",

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 def join(ctx: Context, inc_id: str, signal: Signal) -> None:
     event, rule = signal.event, signal.rule
     inc = ctx.book.incidents[inc_id]
+    if event.id in inc.evidence:
+        return  # counted already (a plain count's id is not kept in `applied`)
     if inc.signals >= ctx.rules.max_signal_evidence:
         fold(ctx, inc_id, signal)
         return

@@ -157,6 +157,16 @@ def test_a_sustained_condition_is_counted_past_the_cap_not_logged_signal_by_sign
                          for a, b in itertools.pairwise(beats))
     # bounded: one entry per quarter window past the cap, not two per signal
     assert len(log) < 3 * cap + len(sbe) * 20 / quarter + 20
+    # and so is the state: the counts' ids are not kept (a standing incident's memory, and
+    # each lateness checkpoint's copy of it, would grow by one per quarter window for as
+    # long as the condition lasts)
+    live = p.detector.book.incidents[inc.id]
+    assert len(beats) > 150 and len(live.applied) < 3 * cap + 20
+    # each count still folds once: the log delivered twice (at least once) gives the same
+    twice = fold([e for e in log for _ in range(2)])[inc.id]
+    assert (twice.signals, twice.seq, twice.last_signal_at, len(twice.evidence)) == \
+        (inc.signals, inc.seq, inc.last_signal_at, cap)
+    assert (live.signals, live.applied) == (inc.signals, inc.applied)
 
 
 def test_a_stored_v1_loss_is_recomputed_without_the_recompute_on_every_fold() -> None:
