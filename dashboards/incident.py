@@ -56,7 +56,7 @@ ORDER BY seq
 
 EVIDENCE = f"""
 SELECT time, role, type, source, entity, why, project, job_id, attempt, event_id
-FROM incident_evidence FINAL WHERE {_ONE}
+FROM incident_evidence FINAL WHERE {_ONE} AND role != 'moved'
 ORDER BY time, event_id
 """
 

@@ -62,7 +62,8 @@ def _outages(store: Any, since: datetime, until: datetime) -> list[Outage]:
         "AND time < {hi:DateTime64(3, 'UTC')} ORDER BY time, id", hi=until)
     incidents = store._dicts(
         "SELECT DISTINCT incident_id, splitByChar('/', entity)[1] AS node, time "
-        "FROM incident_evidence FINAL WHERE time < {hi:DateTime64(3, 'UTC')}", hi=until)
+        "FROM incident_evidence FINAL WHERE time < {hi:DateTime64(3, 'UTC')} "
+        "AND role != 'moved'", hi=until)
     open_: dict[str, datetime] = {}
     out: list[Outage] = []
     for e in events:

@@ -202,7 +202,8 @@ def cited_by_incident(store: Any, projects: Sequence[str], incident_id: str, *,
     if row is None or row["opened_at"] is None:
         return []
     entities = {row["entity"], row["cause_entity"]} | {r["entity"] for r in store._dicts(
-        "SELECT DISTINCT entity FROM incident_evidence FINAL WHERE incident_id = {id:String}",
+        "SELECT DISTINCT entity FROM incident_evidence FINAL WHERE incident_id = {id:String} "
+        "AND role != 'moved'",
         id=incident_id)}
     entities |= {e.split("/")[0] for e in entities}
     entities.discard("")

@@ -169,7 +169,8 @@ class IncidentTables:
             "AND role != 'moved' ORDER BY project, job_id, attempt", id=incident_id)
         out["evidence"] = self._dicts(
             "SELECT * EXCEPT incident_id FROM incident_evidence FINAL "
-            "WHERE incident_id = {id:String} ORDER BY time, event_id", id=incident_id)
+            "WHERE incident_id = {id:String} AND role != 'moved' ORDER BY time, event_id",
+            id=incident_id)
         out["actions"] = self._dicts(
             "SELECT action_id, title, owner, status, due, projects, kind, priority, tracker, "
             "reason, why, rule FROM actions FINAL "

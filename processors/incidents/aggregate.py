@@ -163,6 +163,10 @@ class Incident:
     """(project, job id, attempt) a revision took out of the incident: the projection writes
     them as `moved` rows, so the store does not keep an old row (and its loss) beside the
     incident that now holds the attempt."""
+    dropped: dict[str, Evidence] = field(default_factory=dict)
+    """Evidence a revision took out (late evidence changed the diagnosis): the projection
+    writes it as `moved` rows, so the store does not keep evidence the incident no longer
+    stands on."""
     withdrawn: bool = False  # in time order the events do not give this incident
     pm: Postmortem = field(default_factory=Postmortem)
     story: dict[str, Told] = field(default_factory=dict)

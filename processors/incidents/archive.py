@@ -73,6 +73,10 @@ class Incidents(dict[str, Incident]):
         self.recall, self.related = other.recall, other.related
         return self
 
+    def knows(self, incident_id: str) -> bool:
+        """In memory or evicted (foldable from the log), without folding it back."""
+        return dict.__contains__(self, incident_id) or incident_id in self.evicted
+
     def resident(self) -> set[str]:
         """The ids in memory (`in` would fold an evicted one back)."""
         return set(super().keys())

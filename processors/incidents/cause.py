@@ -40,13 +40,24 @@ def find(ctx: Context, key: AttemptKey, time: datetime, since: datetime | None =
     return (ranked[0].signal, ranked[0].relation, ranked[0].path) if ranked else None
 
 
+def _holder(ctx: Context, key: AttemptKey) -> str | None:
+    """The active incident in memory that holds `key` as failed, for an attempt whose job the
+    detector has forgotten (a symptom a day late, from a file imported after the others):
+    its index went with the job, the incident did not."""
+    if (key[0], key[1]) in ctx.book.jobs:
+        return None
+    held = akey(key)
+    return next((inc.id for inc in dict.values(ctx.book.incidents) if inc.active
+                 and (job := inc.jobs.get(held)) is not None and job.role == "failed"), None)
+
+
 def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: AttemptKey,
                time: datetime, discriminator: str, since: datetime | None = None,
                node: str = "") -> str | None:
     """Returns the incident the symptom went to."""
     book, rules = ctx.book, ctx.rules
     klass = rules.klass(rule.klass)
-    current = book.by_attempt.get(key)
+    current = book.by_attempt.get(key) or _holder(ctx, key)
     if current is not None and not klass.separate and book.incidents[current].active:
         if event is not None and book.room(key, event.type, rules.max_symptom_evidence):
             ctx.book.evidence(current, event, "symptom", rule.why, rule.name, key)

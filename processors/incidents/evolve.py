@@ -120,6 +120,7 @@ def _(p: ev.SignalAdded, inc: Incident, event: IncidentEvent) -> None:
 def _(p: ev.EvidenceAttached, inc: Incident, event: IncidentEvent) -> None:
     inc.evidence[p.event_id] = Evidence(p.event_id, p.time, p.type, p.source, p.entity, p.why,
                                         p.role, p.project, p.job_id, p.attempt)
+    inc.dropped.pop(p.event_id, None)
 
 
 _JOB_FIELDS = frozenset(JobImpact.__dataclass_fields__) - {"project", "job_id", "attempt"}
@@ -205,7 +206,11 @@ def _(p: ev.DiagnosisRevised, inc: Incident, event: IncidentEvent) -> None:
     left = {(j.project, j.job_id, j.attempt) for j in inc.jobs.values()} - kept
     inc.moved = tuple(sorted((set(inc.moved) | left) - kept))
     inc.jobs = {job.key: job for job in jobs}
-    inc.evidence = {e.event_id: e for e in (_revived(Evidence, d) for d in p.evidence)}
+    evidence = {e.event_id: e for e in (_revived(Evidence, d) for d in p.evidence)}
+    inc.dropped.update((i, e) for i, e in inc.evidence.items() if i not in evidence)
+    for event_id in evidence:
+        inc.dropped.pop(event_id, None)
+    inc.evidence = evidence
     for action in (_revived(Action, d) for d in p.proposed):
         inc.actions.setdefault(action.action_id, action)
 

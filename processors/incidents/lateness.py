@@ -33,8 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from processors.incidents.archive import Incidents
-from processors.incidents.book import Book, Progress
+from processors.incidents.book import Book
 from processors.incidents.model import (
     Incident,
     IncidentEvent,
@@ -42,6 +41,7 @@ from processors.incidents.model import (
     apply,
     new_event,
 )
+from processors.incidents.rename import rename
 from processors.incidents.revision import revision
 from processors.timeline import TimelineRow
 from schemas import incident_events as ev
@@ -228,7 +228,7 @@ class Lateness:
         for later in self.checkpoints[base + 1:]:  # taken during the replay: renamed too
             if renamed:
                 book = later.restore()
-                _rename(book, renamed)
+                rename(book, renamed)
                 later.book = Checkpoint.of(later.position, book).book
         self._touch(position, out)
         self.revisions += sum(1 for e in out if e.kind == "diagnosis_revised")
@@ -324,7 +324,7 @@ def reconcile(live: Book, rebuilt: Book, replay: list[IncidentEvent], touched: s
                 out.append(e)
             continue
         renamed[inc_id] = match
-    _rename(rebuilt, renamed)
+    rename(rebuilt, renamed)
     for inc_id in sorted(touched | set(by_incident) | set(renamed.values())):
         if inc_id not in rebuilt.incidents or inc_id not in live.incidents:
             continue
@@ -365,36 +365,3 @@ def _withdrawal(why: str, target: str) -> ev.DiagnosisRevised:
     that now holds its attempts, or as not an incident."""
     return ev.DiagnosisRevised(why=why + (f": its attempts belong to {target}" if target else
                                           ": it is not an incident"), merged_into=target)
-
-
-def _rename(book: Book, names: dict[str, str]) -> None:
-    """Incident ids in the detector's memory, `old -> new` (the replay opened an incident
-    the log already holds under another id)."""
-    if not names:
-        return
-
-    def n(inc_id: str) -> str:
-        return names.get(inc_id, inc_id)
-
-    for old in names.keys() & book.incidents.keys():
-        book.incidents[old].id = names[old]
-    book.incidents = Incidents({n(k): v for k, v in book.incidents.items()},
-                               book.incidents.evicted).like(book.incidents)
-    book.open = {k: n(v) for k, v in book.open.items()}
-    book.resolved = {k: n(v) for k, v in book.resolved.items()}
-    book.by_attempt = {k: n(v) for k, v in book.by_attempt.items()}
-    book.pending = {k: [(n(i), a) for i, a in v] for k, v in book.pending.items()}
-    book.timers = [(w, s, kind, n(ref), a) for w, s, kind, ref, a in book.timers]
-    book.node_incidents = {node: {n(i): t for i, t in v.items()}
-                           for node, v in book.node_incidents.items()}
-    book.folded = {n(k): v for k, v in book.folded.items()}
-    for progress in book.progress.values():
-        _rename_progress(progress, n)
-
-
-def _rename_progress(progress: Progress, n: Callable[[str], str]) -> None:
-    if progress.failed_ckpt is not None:
-        progress.failed_ckpt = (progress.failed_ckpt[0], n(progress.failed_ckpt[1]))
-    progress.slow_incident = n(progress.slow_incident)
-    progress.straggler = {node: (since, n(inc), samples)
-                          for node, (since, inc, samples) in progress.straggler.items()}

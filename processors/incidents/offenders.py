@@ -32,7 +32,8 @@ def check(ctx: Context, node: str, inc_id: str, time: datetime, token: str = "")
     seen = book.node_incidents.setdefault(node, {})
     seen[token or inc_id] = time
     horizon = time - timedelta(seconds=ctx.rules.repeat_offender_window_s)
-    tokens = {t: at for t, at in seen.items() if at >= horizon}
+    known = book.incidents.knows
+    tokens = {t: at for t, at in seen.items() if at >= horizon and known(t.split("/", 1)[0])}
     with_failures = {t.split("/", 1)[0] for t in tokens if "/" in t}
     failures = sum(1 for t in tokens if "/" in t or t not in with_failures)
     if failures < ctx.rules.repeat_offender_count:

@@ -5,6 +5,7 @@ version, so ReplacingMergeTree keeps the newest; `jobtrail replay` recomputes th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +18,8 @@ WITHDRAWN = "withdrawn"
 if any, went into another one: `merged_into`)."""
 MOVED = "moved"
 """The role of an attempt's row in an incident it no longer belongs to (a revision moved it,
-or the incident was withdrawn into another): no GPUs, no loss, left out of every listing."""
+or the incident was withdrawn into another): no GPUs, no loss, left out of every listing; and
+of an evidence row a revision took out."""
 
 
 def _t(value: datetime | None) -> str | None:
@@ -62,8 +64,10 @@ def incident_row(inc: Incident) -> dict[str, Any]:
 
 
 def evidence_rows(inc: Incident, only: set[str] | None = None) -> list[dict[str, Any]]:
-    chosen = inc.evidence.values() if only is None else (
-        inc.evidence[i] for i in sorted(only) if i in inc.evidence)
+    """The evidence's rows (`only`: these ids); all of them with the evidence a revision took
+    out, as `moved` rows."""
+    chosen = [*inc.evidence.values(), *(replace(e, role=MOVED) for e in inc.dropped.values())
+              ] if only is None else [inc.evidence[i] for i in sorted(only) if i in inc.evidence]
     return [{"incident_id": inc.id, "event_id": e.event_id, "time": e.time.isoformat(),
              "type": e.type, "source": e.source, "entity": e.entity, "why": e.why,
              "role": e.role, "project": e.project, "job_id": e.job_id,

@@ -11,6 +11,7 @@ import pytest
 
 from processors.incidents.model import fold
 from processors.pipeline import Pipeline
+from schemas.events import Event
 from tests.processors.incident_kit import replayed, stored
 from tests.scenarios.library import check, library, load, offset, run, wiring
 
@@ -53,18 +54,30 @@ def test_the_library_holds_the_stories_it_promises() -> None:
         assert scenario.story and scenario.source, f"{path.name}: story and source"
 
 
+def _files_back_to_front(events: list[Event]) -> list[Event]:
+    """What a person importing one file per source does, last source first: each source's
+    events in time order, the sources one after another (late evidence everywhere)."""
+    by_time = sorted(events, key=lambda e: (e.time, e.id))
+    return sorted(by_time, key=lambda e: e.source.value, reverse=True)
+
+
+@pytest.mark.parametrize("order", ["as-told", "files-back-to-front"])
 @pytest.mark.parametrize("path", library(), ids=lambda p: p.stem)
-def test_the_store_counts_a_failed_attempt_once(path: Path) -> None:
+def test_the_store_counts_a_failed_attempt_once(path: Path, order: str) -> None:
     """When late evidence moves an attempt into another incident (or withdraws the incident
     that held it), the store's old row is overwritten as `moved` (no GPUs, no loss) and the
     withdrawn incident's row holds no loss: a job's lost GPU-hours, summed over the store's
-    rows as the job dashboard does, are the loss of the incidents the log holds it in."""
+    rows as the job dashboard does, are the loss of the incidents the log holds it in. The
+    same for evidence: a revision's dropped evidence is overwritten as `moved`. In the
+    order the story is told, and in the order of files imported one source after another
+    (which once crashed the detector: a renamed incident's repeat-offender token)."""
     scenario = load(path)
     pipeline = Pipeline(timedelta(seconds=30), wiring(scenario),
                         lateness=offset(scenario.raw.get("lateness", "10m")),
                         rules=scenario.rules)
     batches, log = [], []
-    for event in scenario.events:
+    events = list(scenario.events)
+    for event in events if order == "as-told" else _files_back_to_front(events):
         out = pipeline.process([event])
         batches.append((out.incident_states, out.incidents))
         log += out.incidents
@@ -84,3 +97,11 @@ def test_the_store_counts_a_failed_attempt_once(path: Path) -> None:
     total = sum(r["lost_gpu_hours"] for r in rows["incident_jobs"].values())
     assert round(total, 6) == round(sum(sum(j.lost_gpu_hours for j in i.jobs.values())
                                         for i in live.values()), 6)
+    # and the evidence a revision took out is overwritten as `moved`: what the store shows
+    # of an incident's evidence is what the incident stands on
+    shown: dict[str, set[str]] = {}
+    for (inc_id, event_id), row in rows["incident_evidence"].items():
+        if row["role"] != "moved":
+            shown.setdefault(inc_id, set()).add(event_id)
+    for inc_id, inc in live.items():
+        assert shown.get(inc_id, set()) == set(inc.evidence), inc_id

@@ -188,6 +188,46 @@ def test_a_stored_v1_loss_is_recomputed_without_the_recompute_on_every_fold() ->
     assert inc.jobs["p/j/1"].rework_s == 1260.0 and inc.jobs["p/j/1"].queue_s == 0.0
 
 
+def test_evidence_a_revision_takes_out_is_not_shown_from_the_store() -> None:
+    """Late evidence revises an incident and its conclusion no longer stands on an event it
+    had attached (written to the store a batch before): the store's row for that event is
+    overwritten as `moved`, so the incident's evidence listed from the store is what the
+    incident stands on; the event attached again gives its row back."""
+    from processors.incidents.model import IncidentEvent
+    from tests.processors.incident_kit import replayed, stored
+
+    processor = Actor(kind="processor", name="detector", rule="lateness")
+
+    def attach(n: int, seq: int, event_id: str) -> IncidentEvent:
+        return IncidentEvent(id=f"e{n}", incident_id="inc-x", seq=seq,
+                             kind="evidence_attached", time=at(n), actor=processor,
+                             data={"event_id": event_id, "time": at(n), "role": "symptom",
+                                   "type": "job.worker_exited"})
+
+    opened = IncidentEvent(id="e0", incident_id="inc-x", seq=1, kind="opened", time=at(0),
+                           actor=processor, data={"key": "job:p/j/1", "class": "code_error"})
+    kept, gone = attach(1, 2, "ev-kept"), attach(2, 3, "ev-gone")
+    first = [opened, kept, gone]
+    state = fold(first)["inc-x"]
+    revised = IncidentEvent(
+        id="e3", incident_id="inc-x", seq=4, kind="diagnosis_revised", time=at(3),
+        actor=processor, data={"why": "late", "key": "node:n1", "class": "node_failure",
+                               "evidence": [{"event_id": "ev-kept", "time": at(1),
+                                             "type": "job.worker_exited", "source": "job",
+                                             "entity": "", "why": "exit",
+                                             "role": "symptom"}]})
+    after = fold([*first, revised])["inc-x"]
+    batches = [([state], first), ([after], [revised])]
+    for rows in (stored(batches), replayed([*first, revised])):
+        shown = {k[1]: r["role"] for k, r in rows["incident_evidence"].items()}
+        assert shown == {"ev-kept": "symptom", "ev-gone": "moved"}
+    back = attach(4, 5, "ev-gone")
+    again = fold([*first, revised, back])["inc-x"]
+    rows = stored([*batches, ([again], [back])])
+    assert {k[1]: r["role"] for k, r in rows["incident_evidence"].items()} == \
+        {"ev-kept": "symptom", "ev-gone": "symptom"} and not again.dropped
+
+
 @pytest.mark.parametrize(("reason", "planned"), [
     ("CHG-2041 firmware update", True), ("maintenance: PSU swap", True), ("Reboot ASAP", True),
     ("Node unexpectedly rebooted boot_time=1764489600", False), ("NHC: Xid 79", False),
