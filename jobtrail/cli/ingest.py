@@ -3,6 +3,7 @@ each adapter read, skipped and could not time said in the summary (docs/adapters
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +29,10 @@ def _print_dead_letters(letters: list[Any]) -> None:
                    err=True)
     if len(letters) > 20:
         click.echo(f"  ... and {len(letters) - 20} more (jobtrail dead-letters)", err=True)
+
+
+IMPORT_LATENESS_S = 7 * 86400.0
+"""The lateness horizon of a file import when JOBTRAIL_LATENESS_S is not set."""
 
 
 def _ingest_text(settings: Settings, raw: bytes | str, *, producer: str, origin: str,
@@ -56,6 +61,10 @@ def _ingest_text(settings: Settings, raw: bytes | str, *, producer: str, origin:
             click.echo(report.summary())
             for example in report.examples:
                 click.echo(f"  skipped: {example}")
+    if "JOBTRAIL_LATENESS_S" not in os.environ:
+        # files come one after another, each spanning the same days: decided as the events'
+        # times decide them (the replay budget and the journal's cap bound the cost)
+        settings = settings.with_(lateness_s=IMPORT_LATENESS_S)
     runtime = open_runtime(settings, topology=topology)
     try:
         runtime.submit(decoded)

@@ -10,7 +10,7 @@
     topology: sample                   # the bundled 64-node fat tree, or a topology file inline
     gpu_pci: {"0000:9b:00.0": 3}       # optional: the topology's PCI address -> GPU table
     rules: {...}                       # optional overrides merged into the default rules
-    lateness: 6h                       # optional: the lateness horizon (default 10m)
+    lateness: 6h                       # optional: the lateness horizon (default 168h)
     events:                            # in arrival order
       - {at: 0s, type: job.started, job: pretrain, attempt: 1,
          attributes: {nodes: "node-[001-064]", gpus: 512}}
@@ -57,6 +57,12 @@ def offset(text: str | int | float) -> timedelta:
         raise ValueError(f"not an offset: {text!r} (use 1h2m3.5s, 90s, 5m)")
     return timedelta(hours=float(match["h"] or 0), minutes=float(match["m"] or 0),
                      seconds=float(match["s"] or 0))
+
+
+DEFAULT_LATENESS = "168h"
+"""A story's files arrive one after another, each spanning the story's days: a week's
+horizon decides every arrival order as the events' times do (`processors.incidents.
+lateness`; its replay budget bounds the cost)."""
 
 
 @dataclass
@@ -200,7 +206,7 @@ def run(scenario: Scenario, batch: int = 1) -> tuple[list[IncidentEvent], Any]:
     """Arrival order, `batch` events at a time, through the shared pipeline."""
     from processors.pipeline import Pipeline
 
-    lateness = offset(scenario.raw.get("lateness", "10m"))
+    lateness = offset(scenario.raw.get("lateness", DEFAULT_LATENESS))
     pipeline = Pipeline(timedelta(seconds=30), wiring(scenario), lateness=lateness,
                         rules=scenario.rules)
     log: list[IncidentEvent] = []

@@ -126,7 +126,9 @@ class IncidentTables:
         """Incidents touching the caller's projects, newest first, each as that caller may
         see it (`jobtrail.views.incident`). Infrastructure-only incidents (they touched no
         job: a switch flapping under idle nodes) are kept and queryable, listed only with
-        `infrastructure` and only to operators."""
+        `infrastructure` and only to operators. An incident the events in time order do
+        not give (withdrawn into the one that now holds its attempts) is not listed; it is
+        still there by its id, saying where its attempts went."""
         from jobtrail.views.incident import summary
 
         rows = self._dicts(
@@ -134,6 +136,7 @@ class IncidentTables:
             "WHERE ({all:Bool} OR hasAny(projects, {projects:Array(String)})) "
             "AND ({infra:Bool} OR length(projects) > 0) "
             "AND ({status:String} = '' OR status = {status:String}) "
+            "AND NOT has(flags, 'withdrawn') "
             "AND opened_at >= {since:DateTime64(3, 'UTC')} "
             "ORDER BY opened_at DESC, incident_id LIMIT {limit:UInt32}",
             all=projects is None, projects=list(projects or []), status=status,

@@ -25,7 +25,8 @@ from statistics import median
 from typing import TYPE_CHECKING
 
 from processors.incidents import impact, offenders, weighing
-from processors.incidents.book import AttemptKey, Progress, akey
+from processors.incidents.aggregate import JobImpact
+from processors.incidents.book import AttemptKey, Progress, akey, jobref
 from processors.incidents.revision import revision
 from schemas import incident_events as ev
 from schemas.events import Event
@@ -76,6 +77,7 @@ def move(ctx: Context, attempt: AttemptKey, from_id: str, to_id: str, failed_at:
         pending.remove((from_id, attempt))
     book.by_attempt.pop(attempt, None)
     impact.impacted(ctx, to_id, attempt, failed_at, RULE, role="failed")
+    carry(ctx, to_id, attempt, was.jobs.get(akey(attempt)), failed_at)
     book.evidence(to_id, best.signal.event, "cause", why, RULE, attempt)
     to = book.incidents[to_id]
     book.emit(to_id, ev.CauseUpdated(
@@ -95,6 +97,40 @@ def move(ctx: Context, attempt: AttemptKey, from_id: str, to_id: str, failed_at:
             "jobs": [j for j in payload.jobs
                      if (j["project"], j["job_id"], j["attempt"]) != attempt]})
     book.emit(from_id, payload, failed_at, RULE, f"moved:{akey(attempt)}:{to_id}")
+
+
+def carry(ctx: Context, to_id: str, attempt: AttemptKey, old: JobImpact | None,
+          when: datetime) -> None:
+    """The recovery the attempt had made in the incident it leaves (restarted, restored,
+    progress resumed, verified: the job's log imported before the file with the cause),
+    recorded again in the one it joins, and its loss assessed there."""
+    if old is None or old.recovery == "awaiting_restart":
+        return
+    book, ref, name = ctx.book, jobref(attempt), akey(attempt)
+    if old.restarted_attempt is not None:
+        book.emit(to_id, ev.RecoveryObserved(
+            job=ref, stage="restarted", restarted_attempt=old.restarted_attempt,
+            restarted_at=old.restarted_at, duplicate_run=old.duplicate_run),
+            old.restarted_at or when, RULE, f"restarted:{name}:{old.restarted_attempt}")
+    if old.restored_step is not None:
+        book.emit(to_id, ev.RecoveryObserved(job=ref, stage="restored",
+                                             restored_step=old.restored_step,
+                                             by_attempt=old.restarted_attempt),
+                  old.resumed_at or old.restarted_at or when, RULE,
+                  f"restored:{name}:{old.restarted_attempt}")
+    if old.resumed_at is None:
+        return
+    gpus = book.incidents[to_id].jobs[name].gpus
+    impact.assess(ctx, to_id, attempt, gpus, old.resumed_at, final=False)
+    if old.verified_at is not None:
+        impact.assess(ctx, to_id, attempt, gpus, old.verified_at, final=True)
+        job = book.incidents[to_id].jobs[name]
+        book.emit(to_id, ev.RecoveryVerified(job=ref, verified_at=old.verified_at,
+                                             past=job.failure_step),
+                  old.verified_at, RULE, f"verified:{name}")
+        waiting = book.pending.get((attempt[0], attempt[1]), [])
+        if (to_id, attempt) in waiting and old.restarted_attempt is not None:
+            waiting.remove((to_id, attempt))  # else its restart, still to come, is recorded
 
 
 def shared_nodes(ctx: Context, inc_id: str, key: AttemptKey, time: datetime) -> None:

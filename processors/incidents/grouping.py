@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from processors.incidents import actions, cause, impact, opening
-from processors.incidents.book import Signal, akey, node_of
+from processors.incidents import actions, cause, correlate, impact, opening, weighing
+from processors.incidents.book import AttemptKey, Signal, akey, node_of
 from processors.incidents.rules import SignalRule
 from processors.incidents.signals import join
 from processors.timeline import TimelineRow, event_filesystem, event_node, event_switch
@@ -148,7 +148,30 @@ def self_impact(ctx: Context, inc_id: str, event: Event, rule: SignalRule) -> No
     if event.job_id:
         key = ctx.book.attempt_key(event)
         ctx.book.evidence(inc_id, event, "cause", rule.why, rule.name, key)
-        impact.impacted(ctx, inc_id, key, event.time, rule.name, role="failed")
+        if not _takes_over(ctx, inc_id, event, key):
+            impact.impacted(ctx, inc_id, key, event.time, rule.name, role="failed")
+
+
+def _takes_over(ctx: Context, inc_id: str, event: Event, key: AttemptKey) -> bool:
+    """A job-scoped signal that arrives after its attempt's failure was decided from the
+    job's own evidence alone (the training log imported before the scheduler's: a hang
+    inferred where the scheduler had preempted it) moves the attempt out of that job-own
+    incident into its own, as if it had come first. True when it did."""
+    book = ctx.book
+    held = book.by_attempt.get(key)
+    if held is None or held == inc_id:
+        return False
+    was = book.incidents[held]
+    job = was.jobs.get(akey(key))
+    if not was.active or not was.job_scoped or was.cause_source != "job" or job is None \
+            or job.role != "failed" or was.first_signal_at is None \
+            or was.first_signal_at < event.time:
+        return False
+    ranked = weighing.candidates(ctx, key, was.first_signal_at)
+    if not ranked or ranked[0].signal.event.id != event.id:
+        return False
+    correlate.move(ctx, key, held, inc_id, event.time, ranked)
+    return True
 
 
 

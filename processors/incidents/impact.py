@@ -112,7 +112,7 @@ def preempted(ctx: Context, inc_id: str, failed: AttemptKey) -> bool:
         attempt is not None and attempt.outcome == "preempted")
 
 
-def assess(ctx: Context, inc_id: str, failed: AttemptKey, gpus: int, now: Event,
+def assess(ctx: Context, inc_id: str, failed: AttemptKey, gpus: int, now: datetime,
            final: bool) -> None:
     """The loss of a failed attempt, GPU time counted once (productive time once, the rest
     is badput; docs/incidents.md has the worked example):
@@ -133,16 +133,16 @@ def assess(ctx: Context, inc_id: str, failed: AttemptKey, gpus: int, now: Event,
     taken off this one."""
     book = ctx.book
     job = book.incidents[inc_id].jobs[akey(failed)]
-    failed_at = job.failed_at or now.time
+    failed_at = job.failed_at or now
     start = job.last_checkpoint_at or failed_at
-    resumed_at = job.resumed_at or now.time
+    resumed_at = job.resumed_at or now
     restarted_at = job.restarted_at or resumed_at
     rework_s = (failed_at - start).total_seconds()
     scheduled = preempted(ctx, inc_id, failed)
     downtime_s, queue_s = wait_split(ctx, failed, failed_at, restarted_at, scheduled)
     restore_s = 0.0 if scheduled else max(0.0, (resumed_at - restarted_at).total_seconds())
     reached_at = job.failure_step_at or failed_at
-    setback_s = max(0.0, (now.time - reached_at).total_seconds()) if final else 0.0
+    setback_s = max(0.0, (now - reached_at).total_seconds()) if final else 0.0
     restored = job.restored_step if job.restored_step is not None else \
         job.last_checkpoint_step
     lost_steps = max(0, (job.failure_step or 0) - (restored or 0)) \
@@ -156,13 +156,13 @@ def assess(ctx: Context, inc_id: str, failed: AttemptKey, gpus: int, now: Event,
             book.emit(ckpt_inc, ev.ImpactAssessed(
                 charged_gpu_hours=round(gpus * charge_s / 3600, 6), from_incident=inc_id,
                 job=jobref(failed), role="degraded",
-                why="the failed checkpoint would have saved this work"), now.time,
+                why="the failed checkpoint would have saved this work"), now,
                 "impact", f"charge:{inc_id}:{akey(failed)}")
-            severity.assess(ctx, ckpt_inc, now.time, "impact")
+            severity.assess(ctx, ckpt_inc, now, "impact")
     if job.resumed_at is None:
         book.emit(inc_id, ev.RecoveryObserved(job=jobref(failed), stage="progress_resumed",
-                                              resumed_at=now.time),
-                  now.time, "recovery", f"resumed:{akey(failed)}")
+                                              resumed_at=now),
+                  now, "recovery", f"resumed:{akey(failed)}")
     rework_s -= charge_s
     total_s = rework_s + downtime_s + restore_s
     book.emit(inc_id, ev.ImpactAssessed(
@@ -170,5 +170,5 @@ def assess(ctx: Context, inc_id: str, failed: AttemptKey, gpus: int, now: Event,
         lost_steps=lost_steps, rework_s=rework_s, downtime_s=downtime_s, restore_s=restore_s,
         queue_s=queue_s, setback_s=setback_s,
         charged_elsewhere_gpu_hours=round(gpus * charge_s / 3600, 6)),
-        now.time, "impact", f"{'final' if final else 'assess'}:{akey(failed)}")
-    severity.assess(ctx, inc_id, now.time, "impact")
+        now, "impact", f"{'final' if final else 'assess'}:{akey(failed)}")
+    severity.assess(ctx, inc_id, now, "impact")

@@ -60,6 +60,17 @@ MAX_CHECKPOINTS = 12
 """Memory bound: the spacing (`Lateness.every`) keeps them within it; past it (only after
 the horizon grew, `Pipeline.bind`) the second oldest goes, the oldest still covering the
 horizon."""
+MAX_JOURNAL = 250_000
+"""Events the journal holds beyond its newest checkpoint at most (a checkpoint every fifth
+of it, whatever the horizon): a long horizon (a file import's days) covers what arrives
+slowly, and a fleet's rate shortens it to this many events (ten minutes of 20k jobs)."""
+REPLAY_PER_EVENT = 50
+REPLAY_FLOOR = 200_000
+"""A replay budget: re-evaluations replay at most `REPLAY_PER_EVENT` events per event
+observed, plus `REPLAY_FLOOR`. A file imported after another one spanning the same days
+is late in every event, and each would replay the other file's events after it: past the
+budget a late event is decided where it arrived (as one older than every checkpoint), so an
+import costs at most that many times an in-order one, not the product of the files."""
 
 
 @dataclass
@@ -100,6 +111,9 @@ class Lateness:
     reevaluations: int = 0
     revisions: int = 0
     stragglers: int = 0
+    observed: int = 0
+    replayed: int = 0  # events replayed by re-evaluations (the budget)
+    since_checkpoint: int = 0
 
     @property
     def every(self) -> timedelta:
@@ -116,8 +130,11 @@ class Lateness:
         if not self.checkpoints:
             self.checkpoints.append(Checkpoint.of(None, d.book))
         position = (event.time, event.id)
+        self.observed += 1
         if self.head is not None and position <= self.head:
             base = self._base(position)
+            if base is not None and not self._affordable(base):
+                base = None
             if base is not None:
                 out = self._reevaluate(d, base, position, event, rows_of)
                 self._after(d)
@@ -154,6 +171,16 @@ class Lateness:
             if self.touched.get(e.incident_id, position) <= position:
                 self.touched[e.incident_id] = position
 
+    def _affordable(self, base: int) -> bool:
+        """Within the replay budget (`REPLAY_PER_EVENT`); counts the replay when it is."""
+        since = self.checkpoints[base].position
+        cost = len(self.journal) - (0 if since is None else bisect.bisect_right(
+            self.journal, since, key=lambda j: j[0]))
+        if self.replayed + cost > REPLAY_PER_EVENT * self.observed + REPLAY_FLOOR:
+            return False
+        self.replayed += cost
+        return True
+
     def _base(self, position: Position) -> int | None:
         """The index of the newest checkpoint before `position`."""
         for i in range(len(self.checkpoints) - 1, -1, -1):
@@ -164,8 +191,11 @@ class Lateness:
 
     def _checkpoint(self, d: Detector, position: Position) -> None:
         last = self.checkpoints[-1].position
-        if last is None or position[0] - last[0] >= self.every:
+        self.since_checkpoint += 1
+        if last is None or position[0] - last[0] >= self.every \
+                or self.since_checkpoint >= MAX_JOURNAL // 5:
             self.checkpoints.append(Checkpoint.of(position, d.book))
+            self.since_checkpoint = 0
 
     def _after(self, d: Detector) -> None:
         """Checkpoint every `every` of event time; forget what is past the horizon."""
@@ -174,7 +204,9 @@ class Lateness:
         cutoff = self.head[0] - self.horizon if d.book.watermark is None else \
             d.book.watermark - self.horizon
         while len(self.checkpoints) > 1 and (at := self.checkpoints[1].position) is not None \
-                and at[0] < cutoff:
+                and (at[0] < cutoff or (len(self.journal) > MAX_JOURNAL and len(
+                    self.journal) - bisect.bisect_right(self.journal, at,
+                                                        key=lambda j: j[0]) > MAX_JOURNAL)):
             self.checkpoints.pop(0)
         while len(self.checkpoints) > MAX_CHECKPOINTS:
             self.checkpoints.pop(1)

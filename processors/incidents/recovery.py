@@ -126,11 +126,11 @@ def progressed(ctx: Context, event: Event, key: AttemptKey, step: int) -> None:
         if job is None:
             continue
         if job.resumed_at is None:
-            impact.assess(ctx, inc_id, failed, job.gpus, event, final=False)
+            impact.assess(ctx, inc_id, failed, job.gpus, event.time, final=False)
             job = ctx.book.incidents[inc_id].jobs[akey(failed)]
         target = job.failure_step if job.failure_step is not None else -1
         if step > target:
-            impact.assess(ctx, inc_id, failed, job.gpus, event, final=True)
+            impact.assess(ctx, inc_id, failed, job.gpus, event.time, final=True)
             job = ctx.book.incidents[inc_id].jobs[akey(failed)]
             ctx.book.emit(inc_id, ev.RecoveryVerified(job=jobref(failed), verified_at=event.time,
                                                       step=step, past=job.failure_step),

@@ -4,11 +4,13 @@ input is batched."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from jobtrail.learn.scenarios import DEFAULT_LATENESS
 from processors.incidents.model import fold
 from processors.pipeline import Pipeline
 from schemas.events import Event
@@ -34,7 +36,7 @@ def test_the_store_holds_what_a_replay_of_the_log_gives(path: Path) -> None:
     evidence a revision carried is left out of `incident_jobs` and the others."""
     scenario = load(path)
     pipeline = Pipeline(timedelta(seconds=30), wiring(scenario),
-                        lateness=offset(scenario.raw.get("lateness", "10m")),
+                        lateness=offset(scenario.raw.get("lateness", DEFAULT_LATENESS)),
                         rules=scenario.rules)
     batches, log = [], []
     for n, event in enumerate(scenario.events):
@@ -73,7 +75,7 @@ def test_the_store_counts_a_failed_attempt_once(path: Path, order: str) -> None:
     (which once crashed the detector: a renamed incident's repeat-offender token)."""
     scenario = load(path)
     pipeline = Pipeline(timedelta(seconds=30), wiring(scenario),
-                        lateness=offset(scenario.raw.get("lateness", "10m")),
+                        lateness=offset(scenario.raw.get("lateness", DEFAULT_LATENESS)),
                         rules=scenario.rules)
     batches, log = [], []
     events = list(scenario.events)
@@ -105,3 +107,32 @@ def test_the_store_counts_a_failed_attempt_once(path: Path, order: str) -> None:
             shown.setdefault(inc_id, set()).add(event_id)
     for inc_id, inc in live.items():
         assert shown.get(inc_id, set()) == set(inc.evidence), inc_id
+
+
+def _answer(scenario: object, events: list[Event]) -> list[tuple[object, ...]]:
+    """What a person reads off the incidents: class, entity, owner, the attempts that
+    failed in each, and its loss."""
+    pipeline = Pipeline(timedelta(seconds=30), wiring(scenario),  # type: ignore[arg-type]
+                        lateness=offset(scenario.raw.get(  # type: ignore[attr-defined]
+                            "lateness", DEFAULT_LATENESS)),
+                        rules=scenario.rules)  # type: ignore[attr-defined]
+    log = []
+    for event in events:
+        log += pipeline.process([event]).incidents
+    return sorted((i.klass, i.entity, i.owner, round(i.lost_gpu_hours, 2),
+                   tuple(sorted(k for k, j in i.jobs.items() if j.role == "failed")))
+                  for i in fold(log).values() if not i.withdrawn)
+
+
+@pytest.mark.parametrize("path", library(), ids=lambda p: p.stem)
+def test_files_in_any_order_give_the_incidents_of_the_events_times(path: Path) -> None:
+    """The path a person takes: one file per source (scheduler, node, job, ...), imported
+    one after another in any order, each in its own time order. Every order of the files
+    gives the incidents the events give in time order (up to 24 orders a story)."""
+    scenario = load(path)
+    events = sorted(scenario.events, key=lambda e: (e.time, e.id))
+    in_time = _answer(scenario, events)
+    sources = sorted({e.source.value for e in events})
+    for files in list(itertools.permutations(sources))[:24]:
+        got = _answer(scenario, [e for s in files for e in events if e.source.value == s])
+        assert got == in_time, f"files {files}"

@@ -33,3 +33,52 @@ def test_the_journal_and_checkpoints_are_bounded_by_the_horizon(horizon: timedel
         assert load.t - oldest <= horizon + late.every + timedelta(minutes=1), (
             load.t - T0, load.t - oldest)
     assert late.reevaluations == batches
+
+
+def _two_files() -> tuple[list[list[object]], list[object]]:
+    """2,000 events in time order, then a second file over the same hours (other jobs)."""
+    load = Load(nodes=16, open_jobs=4, spacing_ms=2_000, incident_rate=0)
+    first = [_events(load.opening())] + [_events(load.batch(100)) for _ in range(20)]
+    again = Load(nodes=16, open_jobs=4, spacing_ms=2_000, incident_rate=0, seed=99)
+    again.next_job = 10_000
+    second = _events(again.opening()) + [e for _ in range(20) for e in _events(again.batch(100))]
+    return first, second
+
+
+def test_a_long_horizon_is_bounded_by_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A week's horizon (a file import's): the journal still holds at most `MAX_JOURNAL`
+    events past a checkpoint (scaled down here); older late events are stragglers."""
+    from processors.incidents import lateness
+
+    monkeypatch.setattr(lateness, "MAX_JOURNAL", 500)
+    pipeline = Pipeline(lateness=timedelta(days=7))
+    first, second = _two_files()
+    late = pipeline.reorder
+    for batch in first:
+        pipeline.process(batch)  # type: ignore[arg-type]
+        assert len(late.journal) <= 500 + 500 // 5 + 100
+        assert len(late.checkpoints) <= MAX_CHECKPOINTS
+    pipeline.process(second[:100])  # type: ignore[arg-type]
+    assert late.stragglers == 100 and late.reevaluations == 0
+
+
+def test_a_late_file_replays_within_its_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second file spanning the first one's hours is late in every event, and each event
+    would replay the first file's events after it: once the replay budget is spent (scaled
+    down here) the rest is decided where it arrives, each event still taken."""
+    from processors.incidents import lateness
+
+    monkeypatch.setattr(lateness, "REPLAY_FLOOR", 20_000)
+    monkeypatch.setattr(lateness, "REPLAY_PER_EVENT", 3)
+    pipeline = Pipeline(lateness=timedelta(days=7))
+    first, second = _two_files()
+    late = pipeline.reorder
+    for batch in first:
+        pipeline.process(batch)  # type: ignore[arg-type]
+    observed = late.observed
+    for i in range(0, len(second), 100):
+        pipeline.process(second[i:i + 100])  # type: ignore[arg-type]
+        assert late.replayed <= 3 * late.observed + 20_000
+    assert late.observed - observed == len(second)
+    assert late.reevaluations > 0 and late.stragglers > 0
+    assert late.reevaluations + late.stragglers == len(second)
