@@ -45,14 +45,20 @@ def _two_files() -> tuple[list[list[object]], list[object]]:
     return first, second
 
 
+def _week(monkeypatch: pytest.MonkeyPatch, **limits: int,
+          ) -> tuple[Pipeline, list[list[object]], list[object]]:
+    """A pipeline with a week's horizon and `lateness`'s limits scaled down, and its files."""
+    from processors.incidents import lateness
+
+    for name, value in limits.items():
+        monkeypatch.setattr(lateness, name, value)
+    return (Pipeline(lateness=timedelta(days=7)), *_two_files())
+
+
 def test_a_long_horizon_is_bounded_by_events(monkeypatch: pytest.MonkeyPatch) -> None:
     """A week's horizon (a file import's): the journal still holds at most `MAX_JOURNAL`
     events past a checkpoint (scaled down here); older late events are stragglers."""
-    from processors.incidents import lateness
-
-    monkeypatch.setattr(lateness, "MAX_JOURNAL", 500)
-    pipeline = Pipeline(lateness=timedelta(days=7))
-    first, second = _two_files()
+    pipeline, first, second = _week(monkeypatch, MAX_JOURNAL=500)
     late = pipeline.reorder
     for batch in first:
         pipeline.process(batch)  # type: ignore[arg-type]
@@ -66,12 +72,7 @@ def test_a_late_file_replays_within_its_budget(monkeypatch: pytest.MonkeyPatch) 
     """A second file spanning the first one's hours is late in every event, and each event
     would replay the first file's events after it: once the replay budget is spent (scaled
     down here) the rest is decided where it arrives, each event still taken."""
-    from processors.incidents import lateness
-
-    monkeypatch.setattr(lateness, "REPLAY_FLOOR", 20_000)
-    monkeypatch.setattr(lateness, "REPLAY_PER_EVENT", 3)
-    pipeline = Pipeline(lateness=timedelta(days=7))
-    first, second = _two_files()
+    pipeline, first, second = _week(monkeypatch, REPLAY_FLOOR=20_000, REPLAY_PER_EVENT=3)
     late = pipeline.reorder
     for batch in first:
         pipeline.process(batch)  # type: ignore[arg-type]
