@@ -150,7 +150,8 @@ def soak(nodes: int, open_jobs: int, minutes: float, batch: int, spacing_ms: int
 
     warmup = [sample("warm-up")]
     next_hour = 0.5
-    while load.t - T0 < timedelta(hours=warmup_h):
+    give_up = started + total_minutes * 60
+    while load.t - T0 < timedelta(hours=warmup_h) and time.monotonic() < give_up:
         events += churn.step(batch)
         if load.t - T0 >= timedelta(hours=next_hour):
             warmup.append(sample("warm-up"))
@@ -173,6 +174,7 @@ def soak(nodes: int, open_jobs: int, minutes: float, batch: int, spacing_ms: int
     archive.db.close()
     store.cleanup()
     return {"warmup_event_hours": round(warmup_h, 2),
+            "warmup_complete": hours_from - T0 >= timedelta(hours=warmup_h),
             "warmup_minutes": round((measured_from - started) / 60, 1),
             "measured_minutes": round(wall / 60, 1), "measured_events": events - events_from,
             "events_per_s": round((events - events_from) / wall),

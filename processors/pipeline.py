@@ -35,6 +35,10 @@ from processors.topology import Topology
 from schemas.events import Event
 
 JOB_RETENTION = timedelta(hours=24)
+MAX_WAITING = 100_000
+"""Infrastructure events held for late attribution at most (the oldest leave first): a
+file import's week of horizon would otherwise hold every event of a large log; a fleet's
+ten minutes hold about a tenth of this."""
 """How long (event time) a job whose attempts all ended stays in the state: a requeue, a late
 lifecycle event or a recovery after that long starts from a fresh record (the stored attempt,
 with its higher version, stands). Beyond every detection window (the longest, 30 min)."""
@@ -109,24 +113,28 @@ class Pipeline:
             self.watermark = time
 
     def _wait(self, event: Event, attributed: set[tuple[str, str, int]]) -> None:
-        for key in lookup_keys(event, self.topology):
+        keys = lookup_keys(event, self.topology)
+        for key in keys:
             self._waiting[key][event.id] = event
             self._waiting_order.append((event.time, key, event.id))
-        self._attributed[event.id] = attributed
+        if keys:  # an event no attempt can be found by never leaves the order: not kept
+            self._attributed[event.id] = attributed
 
     def _expire(self) -> None:
         if self.watermark is None:
             return
         cutoff = self.watermark - self.lateness
-        while self._waiting_order and self._waiting_order[0][0] < cutoff:
-            _, key, event_id = self._waiting_order.popleft()
-            bucket = self._waiting.get(key)
-            if bucket is not None:
-                bucket.pop(event_id, None)
-                if not bucket:
-                    del self._waiting[key]
-            # an event's entries share its time, so they all leave in this same pass
-            self._attributed.pop(event_id, None)
+        order = self._waiting_order
+        while order and (order[0][0] < cutoff or len(self._attributed) > MAX_WAITING):
+            leaving = order[0][2]
+            while order and order[0][2] == leaving:  # an event's entries are appended together
+                _, key, event_id = order.popleft()
+                bucket = self._waiting.get(key)
+                if bucket is not None:
+                    bucket.pop(event_id, None)
+                    if not bucket:
+                        del self._waiting[key]
+            self._attributed.pop(leaving, None)
         self.membership.prune(cutoff)
         self._settle()
         if self._swept is None or self.watermark - self._swept >= SWEEP_EVERY:

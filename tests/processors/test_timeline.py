@@ -90,3 +90,26 @@ def test_ended_jobs_leave_the_state_a_day_after_their_end_running_ones_stay() ->
     # a late lifecycle event of the forgotten job starts a fresh record, it does not fail
     out = p.process([job_event("job.requeued", 30 + 24 * 60 + 12, "b")])
     assert {a.job_id for a in out.attempts} == {"b"}
+
+
+def test_events_held_for_late_attribution_are_bounded_by_count(monkeypatch: object) -> None:
+    """A file import's week of horizon: the infrastructure events held for an attempt that
+    starts later stay within `MAX_WAITING` (scaled down here), the oldest leaving first; an
+    attempt placed afterwards still gets the recent ones (late attribution), not the oldest."""
+    import pytest
+
+    from processors import pipeline as module
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    monkeypatch.setattr(module, "MAX_WAITING", 50)
+    p = Pipeline(lateness=timedelta(days=7))
+    for i in range(400):
+        p.process([infra(f"x{i}", "node.ecc", i / 10, Source.node, Scope.gpu, "n1/gpu0", "n1",
+                         kind="sbe", count=1)])
+        assert len(p._attributed) <= 50
+        assert sum(len(b) for b in p._waiting.values()) <= 50
+    assert len(p._waiting_order) <= 50 * 2
+    # an attempt on n1 that (the scheduler says) started before all of them
+    out = p.process([job_event("job.started", 0, "late", nodes=["n1"])])
+    got = {r.event.id for r in out.timeline if r.relation != "self"}
+    assert got == {f"x{i}" for i in range(350, 400)}
