@@ -19,7 +19,7 @@ incident log is revised rather than a second incident opened.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -204,10 +204,17 @@ class Pipeline:
         return event.model_copy(update={"entity": f"{event.node}/gpu{index}",
                                         "attributes": {**event.attributes, "gpu": str(index)}})
 
-    def process(self, events: Sequence[Event]) -> Outputs:
-        """Fold a batch; events must already be new (the sink filters stored ids)."""
+    def process(self, events: Sequence[Event],
+                raw: Mapping[str, bytes] | None = None) -> Outputs:
+        """Fold a batch; events must already be new (the sink filters stored ids). `raw`:
+        by id, the JSON an event was decoded from, if the caller has it (the detector's
+        journal keeps it rather than encoding the event again)."""
         out = Outputs(events=list(events))
-        events = [self.gpu_named(e) for e in events]
+        given = raw or {}
+        named = [self.gpu_named(e) for e in events]
+        json_of = {e.id: given[e.id] for e, n in zip(events, named, strict=True)
+                   if n is e and e.id in given}
+        events = named
         changed: dict[tuple[str, str], set[int]] = {}
         for event in sorted((e for e in events if e.type == "topology.link"),
                             key=lambda e: (e.time, e.id)):
@@ -239,7 +246,8 @@ class Pipeline:
             if not event.job_id:
                 self._wait(event, {(r.project, r.job_id, r.attempt) for r in rows})
             out.incidents.extend(self.reorder.observe(self.detector, event,
-                                                      self._rows_but(event, rows)))
+                                                      self._rows_but(event, rows),
+                                                      json_of.get(event.id)))
         incident_ids = dict.fromkeys(e.incident_id for e in out.incidents)
         out.incident_states = [self.detector.incidents[i] for i in incident_ids]
         self._expire()

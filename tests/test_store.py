@@ -64,6 +64,23 @@ def test_redelivered_batch_is_not_stored_twice(store: Store) -> None:
     assert store.duplicate_ids() == 0
 
 
+HOSTILE_IDS = ["plain-1", "it's", "back\\slash", "tick`", "tab\there", "line\nbreak",
+               "{ids:Array(String)}", "%s%(x)s", "') OR 1=1 --", "\\'", "ünï-🙂", "x" * 128]
+
+
+def test_redelivery_is_found_whatever_the_ids_hold(store: Store) -> None:
+    # the dedup lookup writes its id list into the SQL itself: every id must still match
+    # exactly itself, and none may break out of its literal
+    sink = Sink(store, Pipeline())
+    batch = [step("p", "j", i).model_copy(update={"id": hostile})
+             for i, hostile in enumerate(HOSTILE_IDS)]
+    assert sink.handle(batch).stored == len(HOSTILE_IDS)
+    assert set(store.arrivals([*HOSTILE_IDS, "absent", "it"])) == set(HOSTILE_IDS)
+    again = sink.handle(batch)
+    assert (again.stored, again.duplicates) == (0, len(HOSTILE_IDS))
+    assert store.count("events", final=False) == len(HOSTILE_IDS)
+
+
 def test_state_survives_a_restart(store: Store) -> None:
     started = Event(id="s1", type="job.started", source=Source.scheduler, time=T0, project="p",
                     cluster="c", job_id="j", attempt=1, attributes={"nodes": ["n1"]})

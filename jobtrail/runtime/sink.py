@@ -190,18 +190,22 @@ class Sink:
         each): the embedded log, written by this process's ingest, and messages signed with
         the wire key; those take the fast path and are stored as they came."""
         out = Decoded()
+        seen: set[str] = set()
         for i, raw in enumerate(records):
             fast = trusted if isinstance(trusted, bool) else trusted[i]
             event = decode_trusted(raw) if fast else None
             result: Event | DeadLetter
             if event is not None:
-                # the first record of an id wins (a later one is a duplicate or a conflict)
-                out.raw.setdefault(event.id, raw if isinstance(raw, bytes) else raw.encode())
+                # the first record of an id wins (a later one is a duplicate or a conflict),
+                # whichever path decoded it: its bytes are the event the batch processes
+                if event.id not in seen:
+                    out.raw[event.id] = raw if isinstance(raw, bytes) else raw.encode()
                 result = event
             else:
                 result = decode_canonical(
                     raw, position=positions[i] if positions else f"record {i}")
             if isinstance(result, Event):
+                seen.add(result.id)
                 out.events.append(result)
                 out.origin.append(i)
             else:
@@ -257,7 +261,7 @@ class Sink:
                 conflicts.append(conflict_letter(event, original, arrival, now))
         letters = [*dead_letters, *conflicts]
         result.dead_letters = letters
-        outputs = self._process(fresh)
+        outputs = self._process(fresh, raw)
         result.stored = len(fresh) - len(replayed)
         result.timeline_rows = len(outputs.timeline)
         if not write:
@@ -276,7 +280,8 @@ class Sink:
             emit("events_dead_lettered", 1, stage=letter.stage)
         return result
 
-    def _process(self, events: Sequence[Event]) -> Outputs:
+    def _process(self, events: Sequence[Event],
+                 raw: dict[str, bytes] | None = None) -> Outputs:
         """Each cluster's events through its own pipeline, in arrival order within it."""
         groups: dict[str, list[Event]] = {}
         for event in events:
@@ -284,10 +289,10 @@ class Sink:
         if len(groups) <= 1:
             cluster = next(iter(groups), None)
             return (self.pipeline if cluster is None else self.pipeline_of(cluster)
-                    ).process(events)
+                    ).process(events, raw)
         merged = Outputs()
         for cluster, group in groups.items():
-            out = self.pipeline_of(cluster).process(group)
+            out = self.pipeline_of(cluster).process(group, raw)
             merged.events += out.events
             merged.timeline += out.timeline
             merged.attempts += out.attempts

@@ -24,6 +24,7 @@ from importlib import resources
 from typing import Any
 
 import clickhouse_connect
+from clickhouse_connect.driver.binding import escape_str
 
 from jobtrail.store.columnar import EVENT_IDS_SCHEMA, event_ids_block, timeline_block
 from jobtrail.store.incidents import IncidentTables
@@ -69,6 +70,18 @@ def migrations() -> list[tuple[int, str, str]]:
 def _statements(sql: str) -> list[str]:
     body = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--"))
     return [s.strip() for s in body.split(";") if s.strip()]
+
+
+_MUST_ESCAPE = re.compile(r"[\\'`\t\n]")
+
+
+def string_array(values: Sequence[str]) -> str:
+    """A ClickHouse `Array(String)` literal of `values`, escaped as clickhouse-connect binds
+    a string (its own function, for the values that need any escaping); the common case (ids
+    of letters, digits and punctuation) is joined as it is."""
+    if not _MUST_ESCAPE.search("".join(values)):
+        return "['" + "','".join(values) + "']" if values else "[]"
+    return "[" + ",".join(f"'{escape_str(v)}'" for v in values) + "]"
 
 
 class Store(IncidentTables):
@@ -152,9 +165,11 @@ class Store(IncidentTables):
         with another time is found too (it would sort elsewhere in `events`)."""
         if not ids:
             return {}
-        result = self.retry.run(lambda: self._q(
-            "SELECT id, any(arrival), any(digest) FROM event_ids "
-            "WHERE id IN {ids:Array(String)} GROUP BY id", ids=list(ids)))
+        # the literal built here, not bound by the client: its binding escapes character by
+        # character in Python, a few µs an id, once per event taken (bench.profile)
+        sql = ("SELECT id, any(arrival), any(digest) FROM event_ids "
+               f"WHERE id IN {string_array(ids)} GROUP BY id")
+        result = self.retry.run(lambda: self.client.query(sql))
         return {r[0]: (r[1], r[2]) for r in result.result_rows}
 
     def events_by_id(self, ids: Sequence[str]) -> dict[str, Event]:

@@ -63,6 +63,24 @@ class Signal:
     rule: SignalRule
     key: str
     reached: dict[AttemptKey, tuple[str, str]]  # attempt -> (relation, link path)
+    encoded: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    """The event as JSON, encoded the first time the signal was pickled: a signal lives in
+    the book for its window (an hour) and every lateness checkpoint pickles the book, a
+    quarter of the horizon apart, so each event would be pickled again some twenty times
+    (half of a checkpoint's cost, `bench.profile`). The event is frozen; `reached` is not."""
+
+    def __getstate__(self) -> tuple[bytes, SignalRule, str, dict[AttemptKey, tuple[str, str]]]:
+        if self.encoded is None:
+            self.encoded = self.event.to_json().encode()
+        return self.encoded, self.rule, self.key, self.reached
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, dict):  # saved before the event was kept encoded
+            self.__dict__.update(state)
+            self.encoded = None
+            return
+        self.encoded, self.rule, self.key, self.reached = state
+        self.event = Event.model_validate_json(self.encoded)
 
 
 @dataclass

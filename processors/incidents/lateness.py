@@ -94,7 +94,7 @@ class Lateness:
     """The journal and checkpoints one detector is re-evaluated from."""
 
     horizon: timedelta = timedelta(minutes=10)
-    journal: list[tuple[Position, str]] = field(default_factory=list)
+    journal: list[tuple[Position, str | bytes]] = field(default_factory=list)
     """The events since the oldest checkpoint, as JSON: a parsed event is 2 KB in memory,
     its JSON a sixth of that, and only a replay reads them again."""
     checkpoints: list[Checkpoint] = field(default_factory=list)
@@ -126,7 +126,9 @@ class Lateness:
                    timedelta(seconds=1))
 
     def observe(self, d: Detector, event: Event,
-                rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
+                rows_of: Callable[[Event], Sequence[TimelineRow]],
+                raw: bytes | None = None) -> list[IncidentEvent]:
+        """`raw`: the JSON `event` was decoded from, journalled as it is (else encoded)."""
         if not self.checkpoints:
             self.checkpoints.append(Checkpoint.of(None, d.book))
         position = (event.time, event.id)
@@ -144,7 +146,7 @@ class Lateness:
             position = (self.head[0], f"{self.head[1]}{_STRAGGLER}{event.id}")
         out = d.observe(event, rows_of(event))
         self._recalled(d.book, position)
-        self.journal.append((position, event.model_dump_json()))
+        self.journal.append((position, raw or event.model_dump_json()))
         self.head = position
         self._touch(position, out)
         self._after(d)
