@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -146,9 +147,11 @@ def create_app(settings: Settings) -> faust.App:
         for fut in futures:
             await fut
 
-    def publish(events: list[IncidentEvent]) -> None:
-        """Called from the store thread: block it until the broker acknowledged."""
-        asyncio.run_coroutine_threadsafe(send_incidents(events), loop_box["loop"]).result(120)
+    def publish(events: list[IncidentEvent]) -> Callable[[], None]:
+        """Called from the store thread: sends on the event loop, and returns the wait for
+        the broker's acknowledgement (the sink waits once the store is written)."""
+        sending = asyncio.run_coroutine_threadsafe(send_incidents(events), loop_box["loop"])
+        return lambda: sending.result(120)
 
     async def send_dead(letters: list[DeadLetter], key: bytes) -> None:
         # the dlq agent is the one writer of dead_letters; wait for the broker to acknowledge

@@ -32,11 +32,11 @@ from datetime import UTC, datetime
 
 from ingest.redact import clip, error_text
 from jobtrail.runtime.kafka_io import PartitionReader, Record
-from jobtrail.runtime.sink import Sink
+from jobtrail.runtime.sink import Publish, Sink
 from jobtrail.runtime.snapshot import adopt, dumps, loads
 from jobtrail.store import Store
 from jobtrail.telemetry import gauge
-from processors.incidents.model import Command, IncidentEvent
+from processors.incidents.model import Command
 from schemas.dead_letters import DeadLetter
 
 log = logging.getLogger("jobtrail.worker")
@@ -44,9 +44,6 @@ log = logging.getLogger("jobtrail.worker")
 
 class PartialStore(RuntimeError):
     """The group's committed offsets are ahead of what this store holds."""
-
-Publish = Callable[[list[IncidentEvent]], None]
-
 
 def owner_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"

@@ -36,6 +36,14 @@ from schemas.events import Event
 log = logging.getLogger("jobtrail.incidents")
 
 
+Publish = Callable[[list[IncidentEvent]], Callable[[], None] | None]
+"""Sends a batch's incident events to the broker (the cluster runtime's producer to
+`jobtrail.incident-events`) and returns a wait for the broker's acknowledgement (None when
+it has waited already). The sink waits after writing the store: the broker's round trip runs
+while the store inserts. A crash before both finished replays the batch (nothing is acked),
+which regenerates the same incident events (same ids)."""
+
+
 @dataclass
 class Decoded:
     events: list[Event] = field(default_factory=list)
@@ -160,16 +168,18 @@ class Sink:
         return report
 
     def command(self, command: Command,
-                publish: Callable[[list[IncidentEvent]], None] | None = None,
+                publish: Publish | None = None,
                 write: bool = True) -> list[IncidentEvent]:
         """Apply a person's command (raises InvalidTransition) and store what it changed.
         Its text (note, action title, who) is redacted first, whatever path it came by."""
         owner = self._owner(command.incident_id)
         outputs = owner.command(redact_command(command))
         if write:
-            if publish is not None and outputs.incidents:
-                publish(outputs.incidents)
+            sent = publish(outputs.incidents) if publish is not None and outputs.incidents \
+                else None
             self.store.write(outputs)
+            if sent is not None:
+                sent()
             emit("incident_commands", 1, command=command.command)
         return outputs.incidents
 
@@ -214,7 +224,7 @@ class Sink:
 
     def handle(self, events: Sequence[Event], dead_letters: Sequence[DeadLetter] = (),
                token: str | None = None,
-               publish: Callable[[list[IncidentEvent]], None] | None = None, *,
+               publish: Publish | None = None, *,
                arrivals: Sequence[str] | None = None, write: bool = True,
                raw: dict[str, bytes] | None = None) -> BatchResult:
         """Process and store one batch; raises StoreUnavailable if ClickHouse stays down.
@@ -268,10 +278,12 @@ class Sink:
             return result
         known_letters = self.store.stored_dead_letter_ids([d.id for d in letters])
         new_letters = [d for d in letters if d.id not in known_letters]
-        if publish is not None and outputs.incidents:
-            publish(outputs.incidents)
+        sent = publish(outputs.incidents) if publish is not None and outputs.incidents \
+            else None
         self.store.write(outputs, new_letters, token, known=replayed,
                          arrivals={e.id: a for e, a in first.values() if a}, raw=raw)
+        if sent is not None:
+            sent()  # the broker acknowledged too: only now may the caller ack the batch
         _incident_latency(outputs.incidents,
                           [p.detector.opened_observed for p in self.pipelines()])
         emit("events_stored", result.stored)

@@ -32,13 +32,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobtrail.snapshot")
 
-STATE_VERSION = 6
+STATE_VERSION = 7
 """Bump when the meaning of stored state changes without its shape changing (2: the incident
 model moved into `processors.incidents.aggregate`, so pickled class paths changed; 3: a
 snapshot holds the sink's pipeline per cluster; 4: the book's incidents are those in memory,
 evicted ones read back from the store; 5: the lateness journal holds events as JSON and its
 checkpoints compressed; 6: it counts its replay budget and the events since its last
-checkpoint. State saved before is rebuilt from the store, as designed)."""
+checkpoint; 7: the book packs its signals, and a checkpoint holds their events' JSON by
+reference. State saved before is rebuilt from the store, as designed)."""
 _MAGIC = b"JTSNAP"
 
 

@@ -64,23 +64,19 @@ class Signal:
     key: str
     reached: dict[AttemptKey, tuple[str, str]]  # attempt -> (relation, link path)
     encoded: bytes | None = field(default=None, init=False, repr=False, compare=False)
-    """The event as JSON, encoded the first time the signal was pickled: a signal lives in
-    the book for its window (an hour) and every lateness checkpoint pickles the book, a
-    quarter of the horizon apart, so each event would be pickled again some twenty times
-    (half of a checkpoint's cost, `bench.profile`). The event is frozen; `reached` is not."""
+    """The event as JSON, encoded the first time the book was pickled with it (`Book`)."""
 
-    def __getstate__(self) -> tuple[bytes, SignalRule, str, dict[AttemptKey, tuple[str, str]]]:
+    def encode(self) -> bytes:
         if self.encoded is None:
             self.encoded = self.event.to_json().encode()
-        return self.encoded, self.rule, self.key, self.reached
+        return self.encoded
 
-    def __setstate__(self, state: Any) -> None:
-        if isinstance(state, dict):  # saved before the event was kept encoded
-            self.__dict__.update(state)
-            self.encoded = None
-            return
-        self.encoded, self.rule, self.key, self.reached = state
-        self.event = Event.model_validate_json(self.encoded)
+    @classmethod
+    def decode(cls, encoded: bytes, rule: SignalRule, key: str,
+               reached: dict[AttemptKey, tuple[str, str]]) -> Signal:
+        signal = cls(Event.model_validate_json(encoded), rule, key, reached)
+        signal.encoded = encoded
+        return signal
 
 
 @dataclass
@@ -144,6 +140,34 @@ class Book:
     folded: dict[str, int] = field(default_factory=dict)
     """incident -> signals counted past `max_signal_evidence` and not yet logged"""
     out: list[IncidentEvent] = field(default_factory=list)
+
+    def pack(self) -> tuple[dict[str, Any], list[bytes]]:
+        """The state to pickle, with the signals as tuples, and their events as JSON, each
+        encoded once in the signal's life. A lateness checkpoint pickles the book every
+        quarter of the horizon while a signal stays an hour: pickling each event again (and
+        reducing each `Signal` object) was most of a checkpoint's cost; a checkpoint keeps
+        the events' JSON by reference (`Checkpoint`), the bytes the live signals hold."""
+        state = dict(self.__dict__)
+        state["signals"] = [(s.rule, s.key, s.reached) for s in self.signals]
+        return state, [s.encode() for s in self.signals]
+
+    @classmethod
+    def unpack(cls, state: dict[str, Any], events: list[bytes]) -> Book:
+        book = cls.__new__(cls)
+        book.__setstate__({**state, "signals": deque(
+            Signal.decode(e, *rest) for e, rest in zip(events, state["signals"], strict=True))})
+        return book
+
+    def __getstate__(self) -> dict[str, Any]:
+        state, events = self.pack()
+        return {**state, "signals": [(e, *rest) for e, rest in zip(events, state["signals"],
+                                                                     strict=True)]}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        packed = state.get("signals")
+        if isinstance(packed, list):  # packed (a deque: saved before signals were packed)
+            state = {**state, "signals": deque(Signal.decode(*t) for t in packed)}
+        self.__dict__.update(state)
 
     # --- reading ------------------------------------------------------------------------
 

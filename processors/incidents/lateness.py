@@ -79,14 +79,18 @@ class Checkpoint:
     book: bytes
     """The detector's memory, pickled and compressed: with 20k attempts and an hour of
     signals a pickled book is tens of MB, a sixth of it compressed."""
+    events: list[bytes]
+    """The signals' events as JSON: the bytes the live signals hold, by reference (a
+    pointer each), not pickled and compressed again at every checkpoint (`Book.pack`)."""
 
     @classmethod
     def of(cls, position: Position | None, book: Book) -> Checkpoint:
-        return cls(position, zlib.compress(pickle.dumps(book), 1))
+        state, events = book.pack()
+        return cls(position, zlib.compress(pickle.dumps(state), 1), events)
 
     def restore(self) -> Book:
-        book: Book = pickle.loads(zlib.decompress(self.book))  # noqa: S301 - our own bytes
-        return book
+        state = pickle.loads(zlib.decompress(self.book))  # noqa: S301 - our own bytes
+        return Book.unpack(state, self.events)
 
 
 @dataclass
@@ -263,7 +267,8 @@ class Lateness:
             if renamed:
                 book = later.restore()
                 rename(book, renamed)
-                later.book = Checkpoint.of(later.position, book).book
+                redone = Checkpoint.of(later.position, book)
+                later.book, later.events = redone.book, redone.events
         self._touch(position, out)
         self.revisions += sum(1 for e in out if e.kind == "diagnosis_revised")
         return out

@@ -83,3 +83,26 @@ def test_a_late_file_replays_within_its_budget(monkeypatch: pytest.MonkeyPatch) 
     assert late.observed - observed == len(second)
     assert late.reevaluations > 0 and late.stragglers > 0
     assert late.reevaluations + late.stragglers == len(second)
+
+
+def test_a_checkpoint_restores_the_signals_and_shares_their_events() -> None:
+    """A checkpoint pickles the book without its signals' events and keeps their JSON by
+    reference: the bytes the live signals hold, encoded once however many checkpoints."""
+    import pickle
+
+    from processors.incidents.lateness import Checkpoint
+
+    pipeline = Pipeline()
+    load = Load(nodes=16, open_jobs=2, spacing_ms=2_000, incident_rate=0)
+    pipeline.process(_events(load.opening()))
+    for _ in range(10):
+        pipeline.process(_events(load.batch(100)))
+    book = pipeline.detector.book
+    assert len(book.signals) > 10
+    first, second = Checkpoint.of(None, book), Checkpoint.of(None, book)
+    assert all(a is b is s.encoded for a, b, s in zip(first.events, second.events,
+                                                        book.signals, strict=True))
+    for restored in (first.restore(), pickle.loads(pickle.dumps(book))):
+        assert [(s.event, s.rule.name, s.key, s.reached) for s in restored.signals] == \
+            [(s.event, s.rule.name, s.key, s.reached) for s in book.signals]
+        assert restored.counts == book.counts and restored.progress == book.progress
