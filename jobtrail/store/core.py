@@ -24,7 +24,6 @@ from importlib import resources
 from typing import Any
 
 import clickhouse_connect
-from clickhouse_connect.driver.binding import escape_str
 
 from jobtrail.store.columnar import EVENT_IDS_SCHEMA, event_ids_block, timeline_block
 from jobtrail.store.incidents import IncidentTables
@@ -39,6 +38,7 @@ from jobtrail.store.rows import (
     attempt_row,
     dead_letter_row,
     event_from_row,
+    string_array,
 )
 from processors.attempts import Attempt
 from processors.pipeline import Outputs
@@ -70,18 +70,6 @@ def migrations() -> list[tuple[int, str, str]]:
 def _statements(sql: str) -> list[str]:
     body = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--"))
     return [s.strip() for s in body.split(";") if s.strip()]
-
-
-_MUST_ESCAPE = re.compile(r"[\\'`\t\n]")
-
-
-def string_array(values: Sequence[str]) -> str:
-    """A ClickHouse `Array(String)` literal of `values`, escaped as clickhouse-connect binds
-    a string (its own function, for the values that need any escaping); the common case (ids
-    of letters, digits and punctuation) is joined as it is."""
-    if not _MUST_ESCAPE.search("".join(values)):
-        return "['" + "','".join(values) + "']" if values else "[]"
-    return "[" + ",".join(f"'{escape_str(v)}'" for v in values) + "]"
 
 
 class Store(IncidentTables):

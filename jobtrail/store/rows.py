@@ -4,8 +4,12 @@ rows clickhouse-connect sends and returns (the row-per-event tables go as Arrow:
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+from clickhouse_connect.driver.binding import escape_str
 
 from processors.attempts import Attempt
 from schemas.dead_letters import DeadLetter
@@ -77,3 +81,15 @@ def attempt_from_row(row: dict[str, Any]) -> Attempt:
         config_hash=row["config_hash"], mounts=tuple(row["mounts"]),
         checkpoint_dir=row["checkpoint_dir"], applied=frozenset(row["source_event_ids"]),
     )
+
+
+_MUST_ESCAPE = re.compile(r"[\\'`\t\n]")
+
+
+def string_array(values: Sequence[str]) -> str:
+    """A ClickHouse `Array(String)` literal of `values`, escaped as clickhouse-connect binds
+    a string (its own function, for the values that need any escaping); the common case (ids
+    of letters, digits and punctuation) is joined as it is."""
+    if not _MUST_ESCAPE.search("".join(values)):
+        return "['" + "','".join(values) + "']" if values else "[]"
+    return "[" + ",".join(f"'{escape_str(v)}'" for v in values) + "]"

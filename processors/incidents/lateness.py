@@ -26,14 +26,15 @@ same log whatever the batching.
 from __future__ import annotations
 
 import bisect
+import functools
 import pickle
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from processors.incidents.book import Book
+from processors.incidents.checkpoint import Checkpoint, Position
 from processors.incidents.model import (
     Incident,
     IncidentEvent,
@@ -50,7 +51,6 @@ from schemas.events import Event
 if TYPE_CHECKING:
     from processors.incidents.detector import Detector
 
-Position = tuple[datetime, str]
 RULE = "lateness"
 _STRAGGLER = "\uffff"
 EVERY = timedelta(minutes=5)
@@ -73,24 +73,10 @@ budget a late event is decided where it arrived (as one older than every checkpo
 import costs at most that many times an in-order one, not the product of the files."""
 
 
-@dataclass
-class Checkpoint:
-    position: Position | None  # the last event folded into `book` (None: the beginning)
-    book: bytes
-    """The detector's memory, pickled and compressed: with 20k attempts and an hour of
-    signals a pickled book is tens of MB, a sixth of it compressed."""
-    events: list[bytes]
-    """The signals' events as JSON: the bytes the live signals hold, by reference (a
-    pointer each), not pickled and compressed again at every checkpoint (`Book.pack`)."""
-
-    @classmethod
-    def of(cls, position: Position | None, book: Book) -> Checkpoint:
-        state, events = book.pack()
-        return cls(position, zlib.compress(pickle.dumps(state), 1), events)
-
-    def restore(self) -> Book:
-        state = pickle.loads(zlib.decompress(self.book))  # noqa: S301 - our own bytes
-        return Book.unpack(state, self.events)
+@functools.lru_cache(maxsize=8)
+def _spacing(horizon: timedelta) -> timedelta:
+    """`Lateness.every` of a horizon (asked once per event: computed once per horizon)."""
+    return max(min(horizon / 4, EVERY), horizon / (MAX_CHECKPOINTS - 2), timedelta(seconds=1))
 
 
 @dataclass
@@ -126,8 +112,7 @@ class Lateness:
         `MAX_CHECKPOINTS`, so the oldest is always the one that leaves past the cutoff
         (dropping the second oldest instead, as a horizon of more than 12 spacings made
         it, kept the first checkpoint and every event since it forever)."""
-        return max(min(self.horizon / 4, EVERY), self.horizon / (MAX_CHECKPOINTS - 2),
-                   timedelta(seconds=1))
+        return _spacing(self.horizon)
 
     def observe(self, d: Detector, event: Event,
                 rows_of: Callable[[Event], Sequence[TimelineRow]],
@@ -217,7 +202,9 @@ class Lateness:
         while len(self.checkpoints) > MAX_CHECKPOINTS:
             self.checkpoints.pop(1)
         oldest = self.checkpoints[0].position
-        if oldest is not None:
+        # the journal is in position order: nothing to cut unless its first event is at or
+        # before the oldest checkpoint (a bisection per event was 3 µs of it)
+        if oldest is not None and self.journal and self.journal[0][0] <= oldest:
             cut = bisect.bisect_right(self.journal, oldest, key=lambda j: j[0])
             # only when the oldest checkpoint moved on (its event was journalled): what is
             # written after it needs no pruning, and pruning thousands of touched incidents

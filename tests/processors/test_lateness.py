@@ -90,7 +90,7 @@ def test_a_checkpoint_restores_the_signals_and_shares_their_events() -> None:
     reference: the bytes the live signals hold, encoded once however many checkpoints."""
     import pickle
 
-    from processors.incidents.lateness import Checkpoint
+    from processors.incidents.checkpoint import Checkpoint
 
     pipeline = Pipeline()
     load = Load(nodes=16, open_jobs=2, spacing_ms=2_000, incident_rate=0)
