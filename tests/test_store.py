@@ -65,7 +65,8 @@ def test_redelivered_batch_is_not_stored_twice(store: Store) -> None:
 
 
 HOSTILE_IDS = ["plain-1", "it's", "back\\slash", "tick`", "tab\there", "line\nbreak",
-               "{ids:Array(String)}", "%s%(x)s", "') OR 1=1 --", "\\'", "ünï-🙂", "x" * 128]
+               "{ids:Array(String)}", "%s%(x)s", "') OR 1=1 --", "\\'", "ünï-🙂", "x" * 128,
+               '"dq"', "ctl\x01", "\\u0041", "')), 'x"]
 
 
 def test_redelivery_is_found_whatever_the_ids_hold(store: Store) -> None:
