@@ -82,6 +82,9 @@ class Settings:
     lateness_s: float = 600.0
     """How far behind the newest event time an event may arrive and still be attributed to
     an attempt that starts later."""
+    lateness_given: bool = False
+    """Whether the operator set `lateness_s` (`JOBTRAIL_LATENESS_S`): an entry point with a
+    default of its own (a file import's week, `jobtrail ingest`) keeps the operator's."""
     evict_after_s: float | None = 3600.0
     """A settled (resolved, closed, withdrawn) incident leaves the worker's memory after this
     long without a new decision (event time); it is folded back from `incident_log` when
@@ -211,6 +214,7 @@ class Settings:
             wire_key=(env.get("JOBTRAIL_WIRE_KEY") or "").encode(),
             attribution_slack_s=_float(env, "JOBTRAIL_ATTRIBUTION_SLACK_S", 30.0),
             lateness_s=_float(env, "JOBTRAIL_LATENESS_S", 600.0),
+            lateness_given=(env.get("JOBTRAIL_LATENESS_S") or "") != "",
             evict_after_s=_never(_float(env, "JOBTRAIL_EVICT_AFTER_S", 3600.0)),
             evict_quiet_s=_never(_float(env, "JOBTRAIL_EVICT_QUIET_S", 86400.0)),
             topology_file=Path(env["JOBTRAIL_TOPOLOGY"]) if env.get("JOBTRAIL_TOPOLOGY") else None,

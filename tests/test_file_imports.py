@@ -56,3 +56,12 @@ def test_files_imported_job_log_first_give_the_time_ordered_incidents(
         assert stored == in_time
     else:
         assert stored != in_time
+
+
+def test_the_import_horizon_yields_to_an_operator_setting() -> None:
+    from jobtrail.config import Settings
+
+    assert not Settings.from_env({}).lateness_given
+    assert not Settings.from_env({"JOBTRAIL_LATENESS_S": ""}).lateness_given  # unset
+    given = Settings.from_env({"JOBTRAIL_LATENESS_S": "900"})
+    assert given.lateness_given and given.lateness_s == 900

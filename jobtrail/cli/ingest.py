@@ -3,7 +3,6 @@ each adapter read, skipped and could not time said in the summary (docs/adapters
 
 from __future__ import annotations
 
-import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,7 +60,7 @@ def _ingest_text(settings: Settings, raw: bytes | str, *, producer: str, origin:
             click.echo(report.summary())
             for example in report.examples:
                 click.echo(f"  skipped: {example}")
-    if "JOBTRAIL_LATENESS_S" not in os.environ:
+    if not settings.lateness_given:
         # files come one after another, each spanning the same days: decided as the events'
         # times decide them (the replay budget and the journal's cap bound the cost)
         settings = settings.with_(lateness_s=IMPORT_LATENESS_S)
