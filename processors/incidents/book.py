@@ -10,10 +10,11 @@ things up by. No I/O, no clock: time is the events' own.
 from __future__ import annotations
 
 import heapq
+import pickle
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from processors.attempts import Attempt, JobRecord
@@ -44,6 +45,15 @@ def jobref(key: AttemptKey) -> JobRef:
     return JobRef(project=key[0], job_id=key[1], attempt=key[2])
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+def millis(time: datetime) -> int:
+    """A time as whole milliseconds since the epoch (exact: times are stored to the ms)."""
+    return (time - _EPOCH) // _MS
+
+
 def node_of(entity: str) -> str:
     return entity.split("/", 1)[0] if entity else ""
 
@@ -64,18 +74,28 @@ class Signal:
     key: str
     reached: dict[AttemptKey, tuple[str, str]]  # attempt -> (relation, link path)
     encoded: bytes | None = field(default=None, init=False, repr=False, compare=False)
-    """The event as JSON, encoded the first time the book was pickled with it (`Book`)."""
+    """The event as JSON, encoded the first time the book was packed with it (`Book.pack`)."""
+    packed: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    """`key` and `reached` pickled, until `reach` changes them."""
 
-    def encode(self) -> bytes:
+    def reach(self, attempt: AttemptKey, how: tuple[str, str]) -> None:
+        """Another attempt this signal's fault domain reached (`reached` changes only here)."""
+        if attempt not in self.reached:
+            self.reached[attempt] = how
+            self.packed = None
+
+    def pack(self) -> tuple[bytes, bytes]:
         if self.encoded is None:
             self.encoded = self.event.to_json().encode()
-        return self.encoded
+        if self.packed is None:
+            self.packed = pickle.dumps((self.key, self.reached), protocol=pickle.HIGHEST_PROTOCOL)
+        return self.encoded, self.packed
 
     @classmethod
-    def decode(cls, encoded: bytes, rule: SignalRule, key: str,
-               reached: dict[AttemptKey, tuple[str, str]]) -> Signal:
+    def unpack(cls, rule: SignalRule, encoded: bytes, packed: bytes) -> Signal:
+        key, reached = pickle.loads(packed)  # noqa: S301 - our own bytes
         signal = cls(Event.model_validate_json(encoded), rule, key, reached)
-        signal.encoded = encoded
+        signal.encoded, signal.packed = encoded, packed
         return signal
 
 
@@ -123,7 +143,10 @@ class Book:
     resolved_at: dict[str, datetime] = field(default_factory=dict)  # grouping key -> when
     by_attempt: dict[AttemptKey, str] = field(default_factory=dict)
     signals: deque[Signal] = field(default_factory=deque)
-    counts: dict[tuple[str, str], deque[datetime]] = field(default_factory=dict)
+    counts: dict[tuple[str, str], deque[int]] = field(default_factory=dict)
+    """(rule, key) -> the times of its signals inside the rule's window, in milliseconds
+    (`millis`: an int pickles in a fraction of a datetime's time; the book is pickled
+    at every lateness checkpoint)"""
     progress: dict[AttemptKey, Progress] = field(default_factory=dict)
     pending: dict[tuple[str, str], list[tuple[str, AttemptKey]]] = field(default_factory=dict)
     timers: list[tuple[datetime, int, str, str, AttemptKey]] = field(default_factory=list)
@@ -141,33 +164,31 @@ class Book:
     """incident -> signals counted past `max_signal_evidence` and not yet logged"""
     out: list[IncidentEvent] = field(default_factory=list)
 
-    def pack(self) -> tuple[dict[str, Any], list[bytes]]:
-        """The state to pickle, with the signals as tuples, and their events as JSON, each
-        encoded once in the signal's life. A lateness checkpoint pickles the book every
-        quarter of the horizon while a signal stays an hour: pickling each event again (and
-        reducing each `Signal` object) was most of a checkpoint's cost; a checkpoint keeps
-        the events' JSON by reference (`Checkpoint`), the bytes the live signals hold."""
+    def pack(self) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]]:
+        """The state to pickle, with the signals' rules only, and each signal as bytes,
+        pickled once in its life (again only after `Signal.reach`). A lateness checkpoint
+        pickles the book every quarter of the horizon while a signal stays an hour:
+        pickling each event and its reach again was most of a checkpoint's cost
+        (`bench.profile`); a checkpoint keeps the bytes the live signals hold by reference."""
         state = dict(self.__dict__)
-        state["signals"] = [(s.rule, s.key, s.reached) for s in self.signals]
-        return state, [s.encode() for s in self.signals]
+        state["signals"] = [s.rule for s in self.signals]
+        return state, [s.pack() for s in self.signals]
 
     @classmethod
-    def unpack(cls, state: dict[str, Any], events: list[bytes]) -> Book:
+    def unpack(cls, state: dict[str, Any], signals: list[tuple[bytes, bytes]]) -> Book:
         book = cls.__new__(cls)
-        book.__setstate__({**state, "signals": deque(
-            Signal.decode(e, *rest) for e, rest in zip(events, state["signals"], strict=True))})
+        book.__dict__.update({**state, "signals": deque(
+            Signal.unpack(rule, *packed)
+            for rule, packed in zip(state["signals"], signals, strict=True))})
         return book
 
     def __getstate__(self) -> dict[str, Any]:
-        state, events = self.pack()
-        return {**state, "signals": [(e, *rest) for e, rest in zip(events, state["signals"],
-                                                                     strict=True)]}
+        state, signals = self.pack()
+        return {**state, "signals": list(zip(state["signals"], signals, strict=True))}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        packed = state.get("signals")
-        if isinstance(packed, list):  # packed (a deque: saved before signals were packed)
-            state = {**state, "signals": deque(Signal.decode(*t) for t in packed)}
-        self.__dict__.update(state)
+        self.__dict__.update({**state, "signals": deque(
+            Signal.unpack(rule, *packed) for rule, packed in state["signals"])})
 
     # --- reading ------------------------------------------------------------------------
 

@@ -19,15 +19,15 @@ class Checkpoint:
     book: bytes
     """The detector's memory, pickled and compressed: with 20k attempts and an hour of
     signals a pickled book is tens of MB, a sixth of it compressed."""
-    events: list[bytes]
-    """The signals' events as JSON: the bytes the live signals hold, by reference (a
-    pointer each), not pickled and compressed again at every checkpoint (`Book.pack`)."""
+    signals: list[tuple[bytes, bytes]]
+    """The signals, packed: the bytes the live signals hold, by reference (a pointer each),
+    not pickled and compressed again at every checkpoint (`Book.pack`)."""
 
     @classmethod
     def of(cls, position: Position | None, book: Book) -> Checkpoint:
-        state, events = book.pack()
-        return cls(position, zlib.compress(pickle.dumps(state), 1), events)
+        state, signals = book.pack()
+        return cls(position, zlib.compress(pickle.dumps(state), 1), signals)
 
     def restore(self) -> Book:
         state = pickle.loads(zlib.decompress(self.book))  # noqa: S301 - our own bytes
-        return Book.unpack(state, self.events)
+        return Book.unpack(state, self.signals)

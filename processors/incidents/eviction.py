@@ -21,7 +21,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from processors.incidents.book import Book
+from processors.incidents.book import Book, millis
 from processors.incidents.model import Incident
 
 
@@ -88,7 +88,8 @@ def prune(book: Book, horizon: datetime, offender_window: timedelta) -> None:
     """Indexes that only matter inside a window: signal counts past it, resolved keys past
     their reopen window, node failures past the repeat-offender window (`horizon`: the
     watermark less the longest window and the lateness horizon)."""
-    for counted in [k for k, w in book.counts.items() if not w or w[-1] < horizon]:
+    since = millis(horizon)
+    for counted in [k for k, w in book.counts.items() if not w or w[-1] < since]:
         del book.counts[counted]
     for key in [k for k, at in book.resolved_at.items() if at < horizon]:
         book.resolved_at.pop(key)

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from processors.incidents import actions, cause, correlate, impact, opening, weighing
-from processors.incidents.book import AttemptKey, Signal, akey, node_of
+from processors.incidents.book import AttemptKey, Signal, akey, millis, node_of
 from processors.incidents.rules import SignalRule
 from processors.incidents.signals import join
 from processors.timeline import TimelineRow, event_filesystem, event_node, event_switch
@@ -50,9 +50,10 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
     signal = Signal(event, rule, key, reached)
     book.signals.append(signal)
     window = book.counts.setdefault((rule.name, key), deque())
-    window.append(event.time)
     horizon = event.time - timedelta(seconds=rule.threshold.window_s)
-    while window and window[0] < horizon:
+    window.append(millis(event.time))
+    since = millis(horizon)
+    while window and window[0] < since:
         window.popleft()
     open_id = book.open.get(key)
     if open_id is not None:
@@ -184,8 +185,7 @@ def reach(ctx: Context, rows: Sequence[TimelineRow]) -> None:
     for row in rows:
         signal = by_id.get(row.event.id)
         if signal is not None and row.relation != "self":
-            signal.reached.setdefault((row.project, row.job_id, row.attempt),
-                                      (row.relation, row.link_path))
+            signal.reach((row.project, row.job_id, row.attempt), (row.relation, row.link_path))
 
 
 def forget(ctx: Context) -> None:

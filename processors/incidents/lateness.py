@@ -255,7 +255,7 @@ class Lateness:
                 book = later.restore()
                 rename(book, renamed)
                 redone = Checkpoint.of(later.position, book)
-                later.book, later.events = redone.book, redone.events
+                later.book, later.signals = redone.book, redone.signals
         self._touch(position, out)
         self.revisions += sum(1 for e in out if e.kind == "diagnosis_revised")
         return out

@@ -85,9 +85,10 @@ def test_a_late_file_replays_within_its_budget(monkeypatch: pytest.MonkeyPatch) 
     assert late.reevaluations + late.stragglers == len(second)
 
 
-def test_a_checkpoint_restores_the_signals_and_shares_their_events() -> None:
-    """A checkpoint pickles the book without its signals' events and keeps their JSON by
-    reference: the bytes the live signals hold, encoded once however many checkpoints."""
+def test_a_checkpoint_restores_the_signals_and_shares_their_bytes() -> None:
+    """A checkpoint pickles the book without its signals and keeps each signal's bytes (its
+    event as JSON, its key and reach pickled) by reference: the bytes the live signal holds,
+    made once however many checkpoints, and again only when its reach grows."""
     import pickle
 
     from processors.incidents.checkpoint import Checkpoint
@@ -98,11 +99,16 @@ def test_a_checkpoint_restores_the_signals_and_shares_their_events() -> None:
     for _ in range(10):
         pipeline.process(_events(load.batch(100)))
     book = pipeline.detector.book
-    assert len(book.signals) > 10
+    assert len(book.signals) > 10 and book.counts
     first, second = Checkpoint.of(None, book), Checkpoint.of(None, book)
-    assert all(a is b is s.encoded for a, b, s in zip(first.events, second.events,
-                                                        book.signals, strict=True))
-    for restored in (first.restore(), pickle.loads(pickle.dumps(book))):
+    assert all(a[0] is b[0] is s.encoded and a[1] is b[1] is s.packed
+               for a, b, s in zip(first.signals, second.signals, book.signals, strict=True))
+    book.signals[0].reach(("p", "late-job", 1), ("gpu", "node-x/gpu0 → node-x"))
+    third = Checkpoint.of(None, book)
+    assert third.signals[0][1] is not first.signals[0][1]
+    assert ("p", "late-job", 1) in third.restore().signals[0].reached
+    assert ("p", "late-job", 1) not in first.restore().signals[0].reached
+    for restored in (third.restore(), pickle.loads(pickle.dumps(book))):
         assert [(s.event, s.rule.name, s.key, s.reached) for s in restored.signals] == \
             [(s.event, s.rule.name, s.key, s.reached) for s in book.signals]
         assert restored.counts == book.counts and restored.progress == book.progress
