@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from processors.incidents.book import Book
-from processors.incidents.checkpoint import Checkpoint, Position
+from processors.incidents.checkpoint import Checkpoint, Journal, JournalPickle, Position
 from processors.incidents.model import (
     Incident,
     IncidentEvent,
@@ -80,11 +80,11 @@ def _spacing(horizon: timedelta) -> timedelta:
 
 
 @dataclass
-class Lateness:
+class Lateness(JournalPickle):
     """The journal and checkpoints one detector is re-evaluated from."""
 
     horizon: timedelta = timedelta(minutes=10)
-    journal: list[tuple[Position, str | bytes]] = field(default_factory=list)
+    journal: Journal = field(default_factory=list)
     """The events since the oldest checkpoint, as JSON: a parsed event is 2 KB in memory,
     its JSON a sixth of that, and only a replay reads them again."""
     checkpoints: list[Checkpoint] = field(default_factory=list)
@@ -110,8 +110,8 @@ class Lateness:
         """Checkpoint spacing. Those newer than the cutoff are at least this far apart, so
         at most `horizon / every + 1` of them, plus the one that covers the cutoff: within
         `MAX_CHECKPOINTS`, so the oldest is always the one that leaves past the cutoff
-        (dropping the second oldest instead, as a horizon of more than 12 spacings made
-        it, kept the first checkpoint and every event since it forever)."""
+        (dropping the second oldest, as a horizon of over 12 spacings made it, kept the
+        first checkpoint and every event since it forever)."""
         return _spacing(self.horizon)
 
     def observe(self, d: Detector, event: Event,

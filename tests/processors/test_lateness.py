@@ -112,3 +112,7 @@ def test_a_checkpoint_restores_the_signals_and_shares_their_bytes() -> None:
         assert [(s.event, s.rule.name, s.key, s.reached) for s in restored.signals] == \
             [(s.event, s.rule.name, s.key, s.reached) for s in book.signals]
         assert restored.counts == book.counts and restored.progress == book.progress
+    # a snapshot packs the journal's positions as milliseconds: they come back the same
+    late = pickle.loads(pickle.dumps(pipeline.reorder))
+    assert late.journal == pipeline.reorder.journal and len(late.journal) > 100
+    assert all(at.tzinfo is not None for (at, _), _ in late.journal)
