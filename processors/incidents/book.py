@@ -73,29 +73,32 @@ class Signal:
     rule: SignalRule
     key: str
     reached: dict[AttemptKey, tuple[str, str]]  # attempt -> (relation, link path)
-    encoded: bytes | None = field(default=None, init=False, repr=False, compare=False)
-    """The event as JSON, encoded the first time the book was packed with it (`Book.pack`)."""
-    packed: bytes | None = field(default=None, init=False, repr=False, compare=False)
-    """`key` and `reached` pickled, until `reach` changes them."""
+    packed: tuple[bytes, bytes] | None = field(default=None, init=False, repr=False,
+                                               compare=False)
+    """The event as JSON and (`key`, `reached`) pickled: made when the book is first packed
+    with the signal (`Book.pack`), again only after `reach` changed it. One tuple, shared
+    by every checkpoint that holds the signal."""
 
     def reach(self, attempt: AttemptKey, how: tuple[str, str]) -> None:
         """Another attempt this signal's fault domain reached (`reached` changes only here)."""
         if attempt not in self.reached:
             self.reached[attempt] = how
-            self.packed = None
+            if self.packed is not None:
+                self.packed = (self.packed[0], b"")
 
     def pack(self) -> tuple[bytes, bytes]:
-        if self.encoded is None:
-            self.encoded = self.event.to_json().encode()
-        if self.packed is None:
-            self.packed = pickle.dumps((self.key, self.reached), protocol=pickle.HIGHEST_PROTOCOL)
-        return self.encoded, self.packed
+        packed = self.packed
+        if packed is None or not packed[1]:
+            encoded = packed[0] if packed else self.event.to_json().encode()
+            packed = self.packed = (encoded, pickle.dumps((self.key, self.reached),
+                                                          protocol=pickle.HIGHEST_PROTOCOL))
+        return packed
 
     @classmethod
-    def unpack(cls, rule: SignalRule, encoded: bytes, packed: bytes) -> Signal:
-        key, reached = pickle.loads(packed)  # noqa: S301 - our own bytes
+    def unpack(cls, rule: SignalRule, encoded: bytes, rest: bytes) -> Signal:
+        key, reached = pickle.loads(rest)  # noqa: S301 - our own bytes
         signal = cls(Event.model_validate_json(encoded), rule, key, reached)
-        signal.encoded, signal.packed = encoded, packed
+        signal.packed = (encoded, rest)
         return signal
 
 
