@@ -49,9 +49,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 
 
-def millis(time: datetime) -> int:
-    """A time as whole milliseconds since the epoch (exact: times are stored to the ms)."""
-    return (time - _EPOCH) // _MS
+def millis(time: datetime, *, up: bool = False) -> int:
+    """A time as whole milliseconds since the epoch (exact for the times we store, which
+    are whole ms); `up` rounds a finer one up, so that for a stored time `t`,
+    `millis(t) < millis(bound, up=True)` exactly when `t < bound`."""
+    return -((_EPOCH - time) // _MS) if up else (time - _EPOCH) // _MS
 
 
 def node_of(entity: str) -> str:

@@ -88,7 +88,7 @@ def prune(book: Book, horizon: datetime, offender_window: timedelta) -> None:
     """Indexes that only matter inside a window: signal counts past it, resolved keys past
     their reopen window, node failures past the repeat-offender window (`horizon`: the
     watermark less the longest window and the lateness horizon)."""
-    since = millis(horizon)
+    since = millis(horizon, up=True)
     for counted in [k for k, w in book.counts.items() if not w or w[-1] < since]:
         del book.counts[counted]
     for key in [k for k, at in book.resolved_at.items() if at < horizon]:

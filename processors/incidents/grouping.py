@@ -52,7 +52,7 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
     window = book.counts.setdefault((rule.name, key), deque())
     horizon = event.time - timedelta(seconds=rule.threshold.window_s)
     window.append(millis(event.time))
-    since = millis(horizon)
+    since = millis(horizon, up=True)
     while window and window[0] < since:
         window.popleft()
     open_id = book.open.get(key)

@@ -116,3 +116,15 @@ def test_a_checkpoint_restores_the_signals_and_shares_their_bytes() -> None:
     late = pickle.loads(pickle.dumps(pipeline.reorder))
     assert late.journal == pipeline.reorder.journal and len(late.journal) > 100
     assert all(at.tzinfo is not None for (at, _), _ in late.journal)
+
+
+@pytest.mark.parametrize("offset_us", [-1, 0, 1, 999, 1000, 1001])
+def test_signal_counts_in_milliseconds_keep_the_window_bounds(offset_us: int) -> None:
+    """A signal count holds whole milliseconds (cheap to pickle at every checkpoint): a
+    signal is still in its window exactly when its time is not before the window's start,
+    whatever fraction of a millisecond the start has."""
+    from processors.incidents.book import millis
+
+    signal_at = T0 + timedelta(milliseconds=123)
+    bound = signal_at + timedelta(microseconds=offset_us)
+    assert (millis(signal_at) < millis(bound, up=True)) == (signal_at < bound)
