@@ -145,3 +145,19 @@ def test_a_refusal_is_not_retried_and_a_budget_bounds_an_outage() -> None:
 def test_a_bad_statement_reaches_the_caller_at_once_on_both_backends(store: Store) -> None:
     with pytest.raises(StoreRejected):
         store.retry.run(lambda: store.client.query("SELECT no_such_column FROM events"))
+
+
+def test_the_first_record_of_an_id_is_the_one_stored(store: Store) -> None:
+    # an unsigned record, then a signed one with the same id and other content: the batch
+    # processes the first, so the first's bytes are the `events` row (the second is a
+    # conflict), whichever decode path each took
+    sink = Sink(store, Pipeline())
+    first = step("p", "j", 1)
+    second = first.model_copy(update={"message": "other content"})
+    decoded = sink.decode([first.to_json().encode(), second.to_json().encode()],
+                          ["m/1", "m/2"], trusted=[False, True])
+    assert [e.message for e in decoded.events] == ["", "other content"]
+    result = sink.handle(decoded.events, decoded.dead, arrivals=["m/1", "m/2"],
+                         raw=decoded.raw)
+    assert result.stored == 1 and len(result.dead_letters) == 1
+    assert store.events_by_id([first.id])[first.id].message == ""
