@@ -56,6 +56,11 @@ def millis(time: datetime, *, up: bool = False) -> int:
     return -((_EPOCH - time) // _MS) if up else (time - _EPOCH) // _MS
 
 
+def from_millis(ms: int) -> datetime:
+    """The time `millis` gave `ms` for (exact for whole milliseconds)."""
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
 def node_of(entity: str) -> str:
     return entity.split("/", 1)[0] if entity else ""
 
@@ -78,29 +83,30 @@ class Signal:
     packed: tuple[bytes, bytes] | None = field(default=None, init=False, repr=False,
                                                compare=False)
     """The event as JSON and (`key`, `reached`) pickled: made when the book is first packed
-    with the signal (`Book.pack`), again only after `reach` changed it. One tuple, shared
-    by every checkpoint that holds the signal."""
+    with the signal (`Book.pack`), again only after `reach` changed it (None until then).
+    One tuple, shared by every checkpoint that holds the signal."""
+    encoded: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    """The event as JSON, once: the event never changes, only the reach does."""
 
     def reach(self, attempt: AttemptKey, how: tuple[str, str]) -> None:
         """Another attempt this signal's fault domain reached (`reached` changes only here)."""
         if attempt not in self.reached:
             self.reached[attempt] = how
-            if self.packed is not None:
-                self.packed = (self.packed[0], b"")
+            self.packed = None
 
     def pack(self) -> tuple[bytes, bytes]:
-        packed = self.packed
-        if packed is None or not packed[1]:
-            encoded = packed[0] if packed else self.event.to_json().encode()
-            packed = self.packed = (encoded, pickle.dumps((self.key, self.reached),
-                                                          protocol=pickle.HIGHEST_PROTOCOL))
-        return packed
+        if self.packed is None:
+            if self.encoded is None:
+                self.encoded = self.event.to_json().encode()
+            self.packed = (self.encoded, pickle.dumps((self.key, self.reached),
+                                                      protocol=pickle.HIGHEST_PROTOCOL))
+        return self.packed
 
     @classmethod
     def unpack(cls, rule: SignalRule, encoded: bytes, rest: bytes) -> Signal:
         key, reached = pickle.loads(rest)  # noqa: S301 - our own bytes
         signal = cls(Event.model_validate_json(encoded), rule, key, reached)
-        signal.packed = (encoded, rest)
+        signal.encoded, signal.packed = encoded, (encoded, rest)
         return signal
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pickle
 import zlib
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from processors.incidents.book import _EPOCH, Book, millis
+from processors.incidents.book import Book, from_millis, millis
 
 Position = tuple[datetime, str]
 Journal = list[tuple[Position, str | bytes]]
@@ -23,11 +23,9 @@ def pack_journal(journal: Journal) -> tuple[list[int], list[str], list[str | byt
             [j for _, j in journal])
 
 
-def unpack_journal(packed: Any) -> Journal:
-    if isinstance(packed, list):
-        return packed
+def unpack_journal(packed: tuple[list[int], list[str], list[str | bytes]]) -> Journal:
     times, ids, payloads = packed
-    return [((_EPOCH + timedelta(milliseconds=t), i), j)
+    return [((from_millis(t), i), j)
             for t, i, j in zip(times, ids, payloads, strict=True)]
 
 

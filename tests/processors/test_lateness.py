@@ -105,7 +105,8 @@ def test_a_checkpoint_restores_the_signals_and_shares_their_bytes() -> None:
                for a, b, s in zip(first.signals, second.signals, book.signals, strict=True))
     book.signals[0].reach(("p", "late-job", 1), ("gpu", "node-x/gpu0 → node-x"))
     third = Checkpoint.of(None, book)
-    assert third.signals[0][1] is not first.signals[0][1]
+    assert third.signals[0][1] is not first.signals[0][1]  # the reach is packed again,
+    assert third.signals[0][0] is first.signals[0][0]  # the event's JSON is not
     assert ("p", "late-job", 1) in third.restore().signals[0].reached
     assert ("p", "late-job", 1) not in first.restore().signals[0].reached
     for restored in (third.restore(), pickle.loads(pickle.dumps(book))):
