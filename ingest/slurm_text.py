@@ -31,10 +31,11 @@ import re
 from datetime import UTC
 from typing import Any
 
-from ingest.base import Adapter, Context, Reject, line_time, raw_evidence
+from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError
 from ingest.redact import clip
 from ingest.slurm import expand_hostlist, job_records
+from ingest.timestamps import read
 from schemas.events import parse_time
 
 _TOKEN = re.compile(r"(?:^|\s)(?P<k>[\w/:]+)=(?P<v>\S*)")
@@ -114,6 +115,7 @@ def text_job_records(fields: dict[str, str], i: int, ctx: Context,
     return drafts
 
 
+_TAG = re.compile(r"^slurmctld(?:\[\d+\])?: ")
 _NOT_RESPONDING = re.compile(r"Nodes? (?P<nodes>\S+) not responding")
 _STATE = re.compile(r"update_node: node (?P<node>\S+) state set to (?P<state>[A-Z_]+)")
 _REASON = re.compile(r"update_node: node (?P<node>\S+) reason set to: (?P<reason>.+)")
@@ -200,11 +202,15 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     requeued: dict[str, str] = {}  # job -> time of the requeue already recorded
     last: dict[str, str] = {}  # node -> the last node event type recorded
     for number, line in enumerate(text.splitlines(), start=1):
-        time, _host, source = line_time(line, ctx)
+        stamp = read(line, ctx)
+        time, source = stamp.time, stamp.source
         ref = f"{ctx.origin}:{number}"
         base: dict[str, Any] = {"time": time,
                                 "attributes": {"time_source": source, "raw": raw_evidence(line)}}
-        body = line.split("] ", 1)[-1].strip()
+        # the line after its prefix (slurmctld's own `[time] `, or syslog's and journald's
+        # `time host slurmctld[pid]: `): not the text after the first `] `, which a
+        # hostlist (`node-[07-08] not responding`) has too
+        body = _TAG.sub("", stamp.rest, count=1).strip()
 
         def node_event(type_: str, node: str, reason: str, severity: str,
                        b: dict[str, Any] = base, msg: str = body) -> dict[str, Any]:

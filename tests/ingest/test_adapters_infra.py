@@ -135,6 +135,31 @@ def test_slurmctld_lines() -> None:
     assert [e.id for e in again] == [e.id for e in events]
 
 
+@pytest.mark.parametrize("shape", ["journal", "iso-host"])
+def test_slurmctld_lines_through_syslog_read_as_its_own_log(shape: str) -> None:
+    """What rsyslog or journald write (`time host slurmctld[pid]: ...`) reads like
+    slurmctld's own log: a hostlist's `] ` is not where the prefix ends."""
+    own = (FIXTURES / "slurmctld" / "slurmctld.log").read_text().splitlines()
+    lines = []
+    for line in own:
+        stamp, body = line[1:].split("] ", 1)
+        lines.append(f"Nov 30 {stamp[11:19]} head slurmctld[4021]: {body}" if shape == "journal"
+                     else f"{stamp}+00:00 head slurmctld[4021]: {body}")
+    context = Context(producer="t", observed_at=OBSERVED, origin="x", cluster="cluster-a",
+                      project="llm-finetune")
+    shipped = [r for r in run(registry()["slurmctld"], "\n".join(lines), context)]
+    events, _ = _run("slurmctld", "slurmctld.log", cluster="cluster-a", project="llm-finetune")
+
+    def what(e: Event) -> tuple[object, ...]:
+        at = e.time.replace(microsecond=0) if shape == "journal" else e.time
+        return e.type, e.entity or e.job_id, at, e.attributes.get("reason")
+
+    assert [what(e) for e in shipped if isinstance(e, Event)] == [what(e) for e in events]
+    assert ("node.not_ready", "node-042") in {(e.type, e.entity) for e in shipped
+                                              if isinstance(e, Event)}
+    assert [d.field for d in shipped if isinstance(d, DeadLetter)] == ["state", "line"]
+
+
 def test_slurmctld_job_lifecycle() -> None:
     events, dead = _run("slurmctld", "job_lifecycle.log", cluster="cluster-a",
                         project="llm-pretrain")
