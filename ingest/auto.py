@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 from ingest.base import Adapter, Context, Reject, cap_lines, raw_evidence
@@ -158,11 +159,30 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
             continue
         claimed |= lines  # the same unreadable line is one dead letter, the first adapter's
         out.append(reject)
+    out.extend(_needs_job(text, ctx, adapters["training-log"], claimed))
     out.extend(cut)
     if not out and text.strip():
         return [Reject("format", "no adapter recognised any line of this input (name one with "
                        "--format)", raw_evidence(text[:1000]))]
     return out
+
+
+def _needs_job(text: str, ctx: Context, training: Adapter,
+               claimed: set[str]) -> list[Reject]:
+    """A job's output pasted without naming the job: its lines (NCCL, torchrun, CUDA, srun
+    and slurmstepd) would be events of that job, so say which field is missing instead of
+    skipping them."""
+    if ctx.project and ctx.job_id:
+        return []
+    probe = training.parse(text, replace(ctx, project=ctx.project or "?", job_id="?"))
+    lines = sorted({line for r in probe if isinstance(r, dict)
+                    for line in _lines_of(r) - claimed})
+    if not lines:
+        return []
+    return [Reject("job_id", f"training-log: {len(lines)} line(s) are a training job's output "
+                   "(NCCL, torchrun, CUDA, srun/slurmstepd); name the job with --project/--job "
+                   "(or the X-Jobtrail-Project/-Job headers) to read them",
+                   raw_evidence("\n".join(lines)[:1000]))]
 
 
 def _tagged(records: list[dict[str, Any] | Reject], name: str) -> list[dict[str, Any] | Reject]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingest import training_text
+from ingest import slurm_output, training_text
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
 from schemas.failure_text import classify
@@ -39,6 +39,7 @@ _WATCHDOG = re.compile(
 # 16k times; `.*?` between two parts is bounded. See tests/ingest/test_untrusted_input.py.
 _NET_IB = re.compile(r"(?:(?<![\w.-])(?P<host>[\w.-]++):(?P<pid>\d++):(?P<tid>\d++) )?"
                      r"(?:\[(?P<dev>\d++)\] )?"
+                     r"(?:(?<![\w/.-])[\w/.-]{1,120}\.c[cp]?p?:\d{1,6} )?"  # the source line
                      r"NCCL WARN NET/IB ?: ?(?P<msg>.+)")
 _IB_DEVICE = re.compile(r"\b(?P<ibdev>mlx5_\d+)(?::(?P<port>\d+))?")
 # progress in the frameworks' own words (NeMo and Lightning share Lightning's bar)
@@ -55,7 +56,8 @@ _MEGATRON_SAVE = re.compile(r"(?P<done>successfully )?saved? checkpoint (?:from|
                             r"(?P<step>\d+) to (?P<path>\S+)", re.I)
 _MEGATRON_LOAD = re.compile(r"successfully loaded checkpoint from (?P<path>\S++).{0,400}?at "
                             r"iteration (?P<step>\d+)", re.I)
-_NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)?)Error)")
+_NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)?)Error)|"
+                       r"NCCL watchdog thread terminated with exception: (?P<what>.{1,300})")
 _OOM = re.compile(r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]iB))?"
                   r"(?:.*?\(GPU (?P<gpu>\d+))?")
 _ROOT = re.compile(r"Root Cause \(first observed failure\)")
@@ -82,6 +84,8 @@ def _time(line: str, ctx: Context) -> tuple[str, str]:
 
     if (nemo := training_text.nemo_time(line)) is not None:
         return local_time(nemo, ctx), "line"
+    if (stated := slurm_output.stated_time(line)) is not None:  # `CANCELLED AT <t>`
+        return local_time(stated, ctx), "line"
     stamp = read(line.strip(), ctx)
     return stamp.time, stamp.source
 
@@ -108,6 +112,8 @@ class _Lines:
         self.index = 0
         """The line being read (0-based): a record without a time of its own remembers it."""
         self.untimed: list[tuple[dict[str, Any], int]] = []
+        self.slurm: dict[tuple[str, ...], dict[str, Any]] = {}
+        """Slurm's own lines already recorded, by `Finding.key`."""
 
     def emit(self, line: str, type_: str, attributes: dict[str, Any], *, severity: str = "info",
              scope: str | None = None, entity: str | None = None, node: str | None = None,
@@ -278,7 +284,15 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                     _exit_record(sink, block, root, kv)
                 i = end
                 continue
-        if match := _AGENT_FAILED.search(line):
+        if (said := slurm_output.read(line)) is not None:
+            if not slurm_output.merged(sink.slurm, said, line):
+                rank = said.attributes.get("rank")
+                sink.emit(line, said.type, said.attributes, severity=said.severity,
+                          node=said.node or None, scope="rank" if rank is not None else None,
+                          entity=f"rank-{rank}" if rank is not None else None)
+                if said.key:
+                    sink.slurm[said.key] = sink.out[-1]  # type: ignore[assignment]
+        elif match := _AGENT_FAILED.search(line):
             code = int(match.group("code"))
             attrs = {"local_rank": int(match.group("local")), "exit_code": code,
                      "pid": int(match.group("pid")), "reported_by": "torchelastic agent"}
@@ -303,7 +317,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             sink.emit(line, "comm.nccl_error", attrs, severity="error",
                       node=match.group("host"))
         elif match := _NCCL_ERR.search(line):
-            sink.emit(line, "comm.nccl_error", {"error": match.group("err")}, severity="error")
+            sink.emit(line, "comm.nccl_error", {"error": match.group("err") or "watchdog exception",
+                                                "detail": match.group("what")}, severity="error")
         elif classify(line) == "oom":  # the detector reads exits with the same classifier
             attrs = {"kind": "cuda" if "CUDA" in line or "cuda" in line else "host"}
             if (match := _OOM.search(line)) and match.group("size"):

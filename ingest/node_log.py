@@ -42,7 +42,10 @@ from ingest.redact import clip
 _MLX_LINK = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]++) (?P<iface>\w++): (?:Port: (?P<port>\d+) )?"
                        r"Link (?P<state>up|down|ACTIVE|DOWN|INIT|ARMED|DOWN_DEFER)\b", re.I)
 _MLX_STATE = {"up": "up", "active": "up", "down": "down", "down_defer": "down"}
-_MLX_MODULE = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]+?):? Port module event(?P<err>\[error\])?"
+# newer kernels put the function, line and pid before the message (mlx5_core_info)
+_MLX_MODULE = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]+?):? "
+                         r"(?:\w{1,64}:\d{1,6}:\(pid \d{1,9}\): )?"
+                         r"Port module event(?P<err>\[error\])?"
                          r": module (?P<module>\d+), (?P<what>[^,]+)")
 # patterns that start with a repeated class start where that class does (the lookbehind), so a
 # long run is tried once, not once per character (tests/ingest/test_untrusted_input.py)

@@ -1,0 +1,95 @@
+"""What Slurm writes into a job's output (`ingest/slurm_output.py`), read from public copies
+(tests/ingest/fixtures/public/SOURCES.md, family `slurm-output`): one event per ending, at
+the time the line states, the cause kept apart from its consequences."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from ingest.adapters import Context, registry, run
+from schemas.dead_letters import DeadLetter
+from schemas.events import Event
+from tests.ingest.public_corpus import PUBLIC, READ_AT, Outcome, Sample, read, samples
+
+SAMPLES = {s.file: s for s in samples()}
+
+
+def _read(file: str) -> Outcome:
+    return read(SAMPLES[file])
+
+
+def _what(e: Event) -> tuple[Any, ...]:
+    return e.type, e.time, e.node, e.entity, e.attributes.get("reason")
+
+
+def _at(*parts: int) -> datetime:
+    return datetime(*parts, tzinfo=UTC)  # type: ignore[misc,arg-type]
+
+
+def test_a_time_limit_is_one_timeout_at_the_time_slurm_states() -> None:
+    (ended,) = _read("slurm-output/srun_job_and_step_cancelled_time_limit.txt").events
+    assert _what(ended) == ("job.timeout", _at(2024, 4, 20, 9, 9, 37), "gpu-node-1", None,
+                            "TIMEOUT")  # the JOB and the STEP line: one ending
+    assert ended.attributes["slurm_job_id"] == "494583" and ended.job_id == "job-1"
+    assert "reported_on" not in ended.attributes  # `ON ...`: the author left the node out
+    # every task of the cancelled step is Terminated: consequences, not events
+    (step,) = _read("slurm-output/srun_force_terminated_step_time_limit_tasks.txt").events
+    assert _what(step)[:2] == ("job.timeout", _at(2020, 7, 3, 2, 59, 56))
+    assert (step.attributes["slurm_step"], step.attributes["reported_on"]) == ("0", "nid01934")
+
+
+def test_an_oom_kill_is_one_event_on_the_task_s_node_at_the_step_s_end() -> None:
+    (oom,) = _read("slurm-output/srun_oom_kill_step_cancelled.txt").events
+    assert _what(oom) == ("job.oom", _at(2021, 10, 27, 19, 35, 36), "Orion-01-01", "rank-4",
+                          None)
+    assert (oom.attributes["kind"], oom.attributes["oom_kills"], oom.attributes["rank"],
+            oom.attributes["slurm_step"]) == ("host", 1, 4, "3495064.0")
+    assert oom.attributes["time_source"] == "next_line"  # the CANCELLED AT line's time
+    # Slurm 23's wording, inside another tool's output: the time of the line before it
+    (newer,) = _read("slurm-output/snakemake_oom_kill_events_stepid.txt").events
+    assert (newer.type, newer.time, newer.attributes["oom_kills"], newer.attributes["rank"]) \
+        == ("job.oom", _at(2025, 11, 12, 11, 41), 2, 0)
+
+
+def test_a_task_that_died_is_the_event_not_the_step_srun_cancelled_after_it() -> None:
+    (died,) = _read("slurm-output/srun_bus_error_step_cancelled.txt").events
+    assert _what(died) == ("job.worker_exited", _at(2021, 10, 27, 20, 22, 22), "Orion-18-69",
+                           "rank-289", None)
+    assert died.attributes["signal"] == "SIGBUS"
+
+
+def test_legacy_cancel_and_a_prolog_failure() -> None:
+    (cancelled,) = _read("slurm-output/slurmstepd_legacy_cancelled_on_suffix_cgroup.txt").events
+    assert _what(cancelled) == ("job.cancelled", _at(2015, 2, 4, 6, 33, 25), "gpu-node-1", None,
+                                "cancelled")
+    assert cancelled.attributes["reported_on"] == "sh-2-3"
+    (prolog,) = _read("slurm-output/salloc_prolog_failure_revoked.txt").events
+    assert (prolog.type, prolog.node, prolog.attributes["reason"],
+            prolog.attributes["failed_nodes"]) == ("job.failed", "k003-006", "Prolog failure",
+                                                   ["k003-006"])
+
+
+def test_nccl_warn_lines_with_a_source_location_keep_their_host_and_device() -> None:
+    two = _read("training/nccl_warn_net_ib_error4_vendor81_multi_host.txt").events
+    assert [(e.type, e.node, e.attributes["device"], e.attributes["pid"]) for e in two] == [
+        ("comm.nccl_error", "H100-1", "1", 9821), ("comm.nccl_error", "H100-5", "3", 68738)]
+    proxy = _read("training/nccl_warn_net_ib_status12_vendor129_proxy.txt").events
+    assert {(e.node, e.attributes["device"]) for e in proxy} == {("kp-ddp-worker-0", "4")}
+    assert len(proxy) == 3
+
+
+def test_a_job_s_output_pasted_without_its_job_names_the_missing_field() -> None:
+    text = (PUBLIC / "slurm-output" / "srun_oom_kill_step_cancelled.txt").read_text()
+    ctx = Context(producer="public", observed_at=READ_AT, cluster="c", origin="paste")
+    out = run(registry()["auto"], text, ctx)
+    assert not [o for o in out if isinstance(o, Event)]
+    (letter,) = [o for o in out if isinstance(o, DeadLetter)]
+    assert letter.field == "job_id" and "--project/--job" in letter.reason
+    assert "Out Of Memory" in str(letter.payload)
+
+
+def test_every_slurm_output_sample_is_listed() -> None:
+    assert {s.file for s in SAMPLES.values() if s.family == "slurm-output"} == {
+        f"slurm-output/{p.name}" for p in (PUBLIC / "slurm-output").iterdir()}
+    assert all(isinstance(s, Sample) for s in SAMPLES.values())
