@@ -219,6 +219,19 @@ def test_node_log_kernel_lines() -> None:
     assert [d.field for d in dead] == ["line"]  # the truncated Xid line
 
 
+def test_mlx5_module_events_with_the_function_prefix_of_newer_kernels() -> None:
+    """`mlx5_core_info` prints `function:line:(pid N): ` before the message since 5.x."""
+    text = ("Dec  1 10:00:00 gpu-node-07 kernel: mlx5_core 0000:17:00.0: "
+            "mlx5_port_module_event:1170:(pid 0): Port module event: module 0, Cable unplugged\n"
+            "Dec  1 10:00:09 gpu-node-07 kernel: mlx5_core 0000:17:00.0: "
+            "mlx5_port_module_event:1170:(pid 0): Port module event: module 0, Cable plugged")
+    context = Context(producer="t", observed_at=OBSERVED, origin="x", cluster="c")
+    events = [r for r in run(registry()["node-log"], text, context) if isinstance(r, Event)]
+    assert [(e.type, e.entity, e.attributes["pci"]) for e in events] == [
+        ("network.port_down", "gpu-node-07/module0", "0000:17:00.0"),
+        ("network.port_up", "gpu-node-07/module0", "0000:17:00.0")]
+
+
 def test_node_log_gpfs_needs_the_shipper_node() -> None:
     events, dead = _run("node-log", "mmfs.log", node="node-041")
     assert [(e.type, e.entity, e.time.isoformat()) for e in events] == [
