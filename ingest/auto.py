@@ -99,6 +99,14 @@ def _kubectl(text: str) -> bool:
         or "status" in doc)
 
 
+_IBSTAT = re.compile(r"(?m)^CA '[\w-]+'\s*\n(?:.*\n){0,12}?\s+Port \d+:\s*$|"
+                     r"^\s*mlx\w+\s+port\s+\d+\s+==>\s+\S+\s+\((?:Up|Down)\)|"
+                     r"^hca_id:\s*\S+\s*\n(?:.*\n){0,16}?\s+port:\s+\d+\s*$")
+"""`ibstat` (a CA, then a port block within a dozen lines), `ibv_devinfo` or `ibdev2netdev`
+output: its
+`State: Down` lines look like kubectl's describe, so this is tried first."""
+
+
 def _lines_of(record: dict[str, Any] | Reject) -> set[str]:
     if isinstance(record, Reject):
         text = record.payload
@@ -117,6 +125,8 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
         name = _shape(doc) if doc is not None else None
         if name is not None:
             return _tagged(adapters[name].parse(text, ctx), name)
+    if stripped[:1] not in ("{", "[") and _IBSTAT.search(text[:20000]):
+        return _tagged(adapters["ibstat"].parse(text, ctx), "ibstat")
     if stripped[:1] not in ("{", "[") and _kubectl(text):
         try:
             return _tagged(adapters["kubernetes"].parse(text, ctx), "kubernetes")

@@ -1,12 +1,14 @@
-"""InfiniBand port state from `ibstat` and `ibdev2netdev` output: one snapshot, or several
-(a `watch` capture, or snapshots each headed by a time line).
+"""InfiniBand port state from `ibstat`, `ibv_devinfo` and `ibdev2netdev` output: one
+snapshot, or several (a `watch` capture, or snapshots each headed by a time line).
 
 - a port in a down state (State Down/Polling/Init, Physical state Disabled/Polling, or
   ibdev2netdev's `(Down)`) -> `network.port_down`; in a later snapshot, coming back ->
   `network.port_up`;
 - a port whose Rate drops between snapshots (200 -> 100) -> `node.link_degraded`
   (`bus: infiniband`, `speed`, `expected` the earlier rate);
-- the first snapshot's healthy ports are not events (nothing changed).
+- the first snapshot's healthy ports are not events (nothing changed);
+- `ibpanic: ... stat of IB device 'mlx5_8' failed: No such file or directory` (the HCA is
+  gone) -> `network.port_down` on `node/mlx5_8`, the detail in `reason`.
 
 A snapshot's time: `watch`'s header (`Every 2.0s: ibstat   gpu-node-1: Sun Nov 30 08:00:00
 2026`, which names the host too), or a line holding only a timestamp (`date -Is` between
@@ -28,7 +30,15 @@ _WATCH = re.compile(r"^Every [\d.]+s: .*?(?<![\w.-])(?P<host>[\w.-]++): (?P<when
 _CA = re.compile(r"^CA '(?P<dev>[\w-]+)'")
 _PORT = re.compile(r"^\s+Port (?P<port>\d+):\s*$")
 _FIELD = re.compile(r"^\s+(?P<k>State|Physical state|Rate|Link layer):\s*(?P<v>.+?)\s*$")
-_NETDEV = re.compile(r"^(?P<dev>mlx\w+) port (?P<port>\d+) ==> (?P<if>\S+) \((?P<st>\w+)\)")
+# also aligned by `column -t`
+_NETDEV = re.compile(r"^\s*(?P<dev>mlx\w+)\s+port\s+(?P<port>\d+)\s+==>\s+(?P<if>\S+)\s+"
+                     r"\((?P<st>\w+)\)")
+# ibv_devinfo: `hca_id: mlx5_0`, `port:   1`, `state:  PORT_DOWN (1)`
+_HCA = re.compile(r"^hca_id:\s*(?P<dev>[\w-]+)")
+_DEVINFO_PORT = re.compile(r"^\s+port:\s+(?P<port>\d+)\s*$")
+_DEVINFO_STATE = re.compile(r"^\s+state:\s+PORT_(?P<st>[A-Z_]+)")
+# ibstat on a host whose HCA went missing
+_PANIC = re.compile(r"ibpanic: .{0,200}?IB device '(?P<dev>[\w-]+)' failed: (?P<why>.{1,200})")
 _DOWN_STATES = {"down", "polling", "init", "disabled", "armed"}
 
 
@@ -68,13 +78,17 @@ def _snapshots(text: str, ctx: Context) -> list[Snapshot]:
             shots.append(Snapshot(ctx.observed_at.isoformat(), "observed"))
         shot = shots[-1]
         shot.raw.append(line)
-        if m := _CA.match(line):
-            device = m["dev"]
-        elif m := _PORT.match(line):
+        if m := _CA.match(line) or _HCA.match(line):
+            device, port = m["dev"], ""
+        elif m := _PORT.match(line) or _DEVINFO_PORT.match(line):
             port = m["port"]
             shot.ports.setdefault(f"{device}/{port}", {})
         elif (m := _FIELD.match(line)) and device and port:
             shot.ports.setdefault(f"{device}/{port}", {})[m["k"]] = m["v"]
+        elif (m := _DEVINFO_STATE.match(line)) and device and port:
+            shot.ports.setdefault(f"{device}/{port}", {})["State"] = m["st"].capitalize()
+        elif m := _PANIC.search(line):
+            shot.ports[m["dev"]] = {"State": "Down", "detail": f"missing: {m['why'].strip()}"}
         elif m := _NETDEV.match(line):
             shot.ports[f"{m['dev']}/{m['port']}"] = {"State": m["st"], "netdev": m["if"]}
     return [s for s in shots if s.ports]
@@ -118,6 +132,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             entity = f"{node}/{port}"
             attrs: dict[str, Any] = {"state": state.get("State", ""), "port": port,
                                      "time_source": shot.source, "raw": evidence}
+            if "detail" in state:
+                attrs["reason"] = state["detail"]
             if _down(state) and (old is None or not _down(old)):
                 out.append({"type": "network.port_down", "time": shot.time, "scope": "nic",
                             "entity": entity, "node": node, "severity": "error",

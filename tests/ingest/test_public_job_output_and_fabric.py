@@ -1,6 +1,6 @@
-"""What Slurm writes into a job's output (`ingest/slurm_output.py`), read from public copies
-(tests/ingest/fixtures/public/SOURCES.md, family `slurm-output`): one event per ending, at
-the time the line states, the cause kept apart from its consequences."""
+"""Public copies (tests/ingest/fixtures/public/SOURCES.md) of what Slurm writes into a job's
+output (`ingest/slurm_output.py`: one event per ending, at the time the line states, the cause
+kept apart from its consequences) and of InfiniBand state tools in every shape."""
 
 from __future__ import annotations
 
@@ -93,3 +93,22 @@ def test_every_slurm_output_sample_is_listed() -> None:
     assert {s.file for s in SAMPLES.values() if s.family == "slurm-output"} == {
         f"slurm-output/{p.name}" for p in (PUBLIC / "slurm-output").iterdir()}
     assert all(isinstance(s, Sample) for s in SAMPLES.values())
+
+
+def test_infiniband_state_in_every_shape_and_auto_routes_it_to_ibstat() -> None:
+    """`State: Down` looks like kubectl's describe: auto used to hand these to the kubernetes
+    adapter, which read nothing and said nothing."""
+    def downs(file: str, fmt: str | None = None) -> list[tuple[str, Any]]:
+        return [(e.entity, e.attributes.get("reason")) for e in read(SAMPLES[file], fmt).events
+                if e.type == "network.port_down"]
+
+    for fmt in (None, "auto"):
+        assert downs("ib/ibstat_mlx5_7_state_down_physical_linkup.txt", fmt) == [
+            ("gpu-node-1/mlx5_7/1", None)]
+        assert downs("ib/ibstat_multi_ca_roce_active_and_ib_down.txt", fmt) == [
+            ("gpu-node-1/mlx5_10/1", None)]  # the two Active RoCE ports are no event
+        assert downs("ib/ibv_devinfo_port_down.txt", fmt) == [("gpu-node-1/mlx5_0/1", None)]
+        assert downs("ib/ibstat_active_then_ibpanic_missing_device.txt", fmt) == [
+            ("gpu-node-1/mlx5_8", "missing: No such file or directory")]
+        netdev = downs("ib/ibdev2netdev_column_commented.txt", fmt)
+        assert len(netdev) == 10 and ("gpu-node-1/mlx5_1/1", None) not in netdev  # (Up)
