@@ -41,6 +41,7 @@ _NET_IB = re.compile(r"(?:(?<![\w.-])(?P<host>[\w.-]++):(?P<pid>\d++):(?P<tid>\d
                      r"(?:\[(?P<dev>\d++)\] )?"
                      r"(?:(?<![\w/.-])[\w/.-]{1,120}\.c[cp]?p?:\d{1,6} )?"  # the source line
                      r"NCCL WARN NET/IB ?: ?(?P<msg>.+)")
+_GLOBAL_RANK = re.compile(r"\[rank(\d{1,7})\]:")
 _IB_DEVICE = re.compile(r"\b(?P<ibdev>mlx5_\d+)(?::(?P<port>\d+))?")
 # progress in the frameworks' own words (NeMo and Lightning share Lightning's bar)
 _MEGATRON = re.compile(r"iteration\s+(?P<step>\d+)/\s*\d+ \|")
@@ -305,6 +306,10 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                                ("ran_ms", "ran")):
                 if match.group(group):
                     attrs[key] = int(match.group(group))
+            # torch's `[rank13]:` prefix is the global rank; `[Rank 1]` is the process group's
+            if (prefix := _GLOBAL_RANK.search(line, 0, match.start())) and \
+                    int(prefix.group(1)) != attrs.get("rank"):
+                attrs["pg_rank"], attrs["rank"] = attrs.get("rank"), int(prefix.group(1))
             sink.emit(line, "comm.nccl_timeout", attrs, severity="error", scope="rank",
                       entity=f"rank-{attrs['rank']}" if "rank" in attrs else None)
         elif match := _NET_IB.search(line):

@@ -33,7 +33,7 @@ it the line is stamped when it was read (the offset is on the `Stamp`), flagged
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -79,6 +79,10 @@ _GLOG = re.compile(r"^(?:\[rank\d+\]:)?\[?(?P<level>[IWEF])(?P<mm>[01]?\d)(?P<dd
                    r" (?P<hms>\d\d:\d\d:\d\d)(?P<frac>\.\d+)?(?:\s+(?P<tid>\d+))?\s+"
                    r"(?P<file>[^\s:\]]+:\d+)\]\s?")
 _EPOCH = re.compile(r"^(?P<epoch>1\d{9}(?:\.\d+)?) " + _HOST + r" ")
+_QUOTE = re.compile(r"^> ?(?=\S)")
+_PID = re.compile(r"^\[\d{1,10}\] (?=\[rank\d+\]:|\[?[IWEF]\d{4} )")
+_MINUTE = re.compile(r"^\s*(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d)(?P<zone>Z|[+-]\d\d:?\d\d)?\s+"
+                     r"(?=\S)(?!\d)")
 _UPTIME = re.compile(r"^\[\s*(?P<sec>\d+\.\d+)\]\s?")
 _LEVELS = {"emerg": "critical", "alert": "critical", "crit": "critical", "err": "error",
            "warn": "warning", "notice": "info", "info": "info", "debug": "debug"}
@@ -144,16 +148,64 @@ def _boot(ctx: Context, seconds: float, rest: str, level: str = "") -> Stamp:
     return Stamp(when.astimezone(UTC).isoformat(), "boot", "", rest, level, seconds)
 
 
+@dataclass(frozen=True)
+class _YearOf:
+    """`ctx` with the year a wrapper's prefix states (for a glog line inside it)."""
+
+    ctx: Context
+    year: int
+
+    @property
+    def observed_at(self) -> datetime:
+        return self.ctx.observed_at
+
+    @property
+    def boot_time(self) -> datetime | None:
+        return self.ctx.boot_time
+
+    @property
+    def tz(self) -> str:
+        return self.ctx.tz
+
+
+def _wrapped(text: str, ctx: Context) -> Stamp | None:
+    """A line inside what a person or a collector put before it: a Markdown quote (`> `), a
+    launcher's `[pid] ` before torch's `[rankN]:` or glog, a collector's minute-resolution
+    ` 2025-02-18 12:54 ` before the program's own line. The inner line's own time wins
+    (the collector's year helps it); else the collector's minute."""
+    if m := _QUOTE.match(text):
+        return _read(text[m.end():], ctx)
+    if m := _PID.match(text):
+        return _read(text[m.end():], ctx)
+    if m := _MINUTE.match(text):
+        inner = _read(text[m.end():], _YearOf(ctx, int(m["ts"][:4])))
+        if inner.source != "observed":
+            return replace(inner, source="line")
+        try:
+            return Stamp(_iso(m["ts"] + ":00", m["zone"], ctx), "line", "", text[m.end():])
+        except ValueError:
+            return None
+    return None
+
+
 def read(line: str, ctx: Context) -> Stamp:
     """The time, host and the rest of `line` (see the module's table)."""
     text = line.lstrip("\ufeff")
+    if text[:1] in (">", "[", " ", "1", "2") and (wrapped := _wrapped(text, ctx)) is not None:
+        return wrapped  # one wrapper, not nested: a hostile line cannot recurse
+    return _read(text, ctx)
+
+
+def _read(text: str, ctx: Context, depth: int = 0) -> Stamp:
+    """`depth`: prefixes already taken off (a facility, a priority): at most two, so a line
+    of repeated prefixes is read once, not recursed into."""
     m = _KMSG.match(text)
     if m:
         level = _PRIORITY[int(m["pri"]) & 7]
         return _boot(ctx, int(m["usec"]) / 1e6, m["rest"], level)
-    m = _FACILITY.match(text)
+    m = _FACILITY.match(text) if depth < 2 else None
     if m:
-        inner = read(text[m.end():], ctx)
+        inner = _read(text[m.end():], ctx, depth + 1)
         return Stamp(inner.time, inner.source, inner.host, inner.rest,
                      _LEVELS.get(m["level"], ""), inner.boot_offset_s)
     m = _RFC5424.match(text)
@@ -167,9 +219,9 @@ def read(line: str, ctx: Context) -> Stamp:
             app = "" if m["app"] == "-" else f"{m['app']}: "
             return Stamp(when, "line", host, app + text[m.end():],
                          _PRIORITY[int(m["pri"]) & 7])
-    m = _PRI.match(text)
+    m = _PRI.match(text) if depth < 2 else None
     if m:
-        inner = read(text[m.end():], ctx)
+        inner = _read(text[m.end():], ctx, depth + 1)
         level = inner.level or _PRIORITY[int(m["pri"]) & 7]
         return Stamp(inner.time, inner.source, inner.host, inner.rest, level,
                      inner.boot_offset_s)

@@ -112,3 +112,31 @@ def test_infiniband_state_in_every_shape_and_auto_routes_it_to_ibstat() -> None:
             ("gpu-node-1/mlx5_8", "missing: No such file or directory")]
         netdev = downs("ib/ibdev2netdev_column_commented.txt", fmt)
         assert len(netdev) == 10 and ("gpu-node-1/mlx5_1/1", None) not in netdev  # (Up)
+
+
+def test_the_time_inside_what_was_put_before_a_line() -> None:
+    """A Markdown quote, a launcher's `[pid] `, a collector's minute-resolution date: the
+    line inside keeps its own time (they were stamped with the time they were read)."""
+    quoted = _read("kernel/dmesg_ctime_xid13_109_md_quoted.txt").events
+    assert [(e.attributes["xid"], e.time) for e in quoted] == [
+        (13, _at(2024, 8, 30, 11, 43, 9))] * 3 + [(109, _at(2024, 8, 30, 11, 43, 14))]
+    pid = _read("training/watchdog_timeout_pid_prefixed_ranks.txt").events
+    assert [(e.entity, e.time.strftime("%m-%d %H:%M:%S"), e.attributes["time_source"])
+            for e in pid] == [("rank-0", "03-21 02:07:08", "line_year"),
+                              ("rank-4", "03-21 02:07:08", "line_year")]
+    # the collector's date gives the glog time its year; `[rank13]:` is the global rank,
+    # `[Rank 1]` the rank in process group 11
+    dated = _read("training/watchdog_alltoall_dated_prefix_socket_info.txt").events
+    assert [(e.entity, e.attributes["pg_rank"], e.time.year, e.attributes["time_source"])
+            for e in dated] == [("rank-13", 1, 2025, "line"), ("rank-15", 1, 2025, "line")]
+
+
+def test_repeated_prefixes_are_read_once_not_recursed_into() -> None:
+    """`<3><3><3>...` or `kern:err:kern:err:...` over a whole line: read as one line (it was
+    a RecursionError, which dead-lettered the whole paste as "nested too deep")."""
+    for junk in ("<3>" * 5000, "kern:err:" * 1800, "> " * 8000, " 2025-02-18 12:54" * 900):
+        text = f"{junk}x\nDec  1 10:00:00 gpu-node-07 kernel: nfs: server fs01 not responding"
+        ctx = Context(producer="t", observed_at=READ_AT, cluster="c", origin="x")
+        out = run(registry()["node-log"], text, ctx)
+        assert [(type(o).__name__, getattr(o, "entity", None)) for o in out] == [
+            ("Event", "fs01")]
