@@ -99,6 +99,9 @@ def _kubectl(text: str) -> bool:
         or "status" in doc)
 
 
+_SCONTROL = re.compile(r"(?m)^(?:\S*[#$] )?(?:scontrol show (?:node|job)\b|\s*NodeName=[\w.-]+ "
+                       r"Arch=|\s*JobId=\d+ JobName=|UserId=\S+ GroupId=\S+ MCS_label=)")
+"""`scontrol show node|job` output: the command, or a record's first line."""
 _IBSTAT = re.compile(r"(?m)^CA '[\w-]+'\s*\n(?:.*\n){0,12}?\s+Port \d+:\s*$|"
                      r"^\s*mlx\w+\s+port\s+\d+\s+==>\s+\S+\s+\((?:Up|Down)\)|"
                      r"^hca_id:\s*\S+\s*\n(?:.*\n){0,16}?\s+port:\s+\d+\s*$")
@@ -135,6 +138,11 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
     # past here the input is lines: no pattern reads more of one than the cap
     cap = min(adapters[name].max_line for name in LINE_ORDER)
     text, cut = cap_lines(text, cap, "auto", ctx.origin)
+    if _SCONTROL.search(text[:20000]):
+        try:
+            return [*_tagged(adapters["scontrol"].parse(text, ctx), "scontrol"), *cut]
+        except ParseError:
+            pass
     if (tool := _text_tool(text)) is not None:
         try:
             return [*_tagged(adapters[tool].parse(text, ctx), tool), *cut]

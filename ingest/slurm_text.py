@@ -31,6 +31,7 @@ import re
 from datetime import UTC
 from typing import Any
 
+from ingest import scontrol_node
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError
 from ingest.redact import clip
@@ -90,10 +91,16 @@ def sacct_shape(fields: dict[str, str]) -> dict[str, Any]:
 
 
 def parse_scontrol(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
+    text = text.replace("**", "")  # a paste's Markdown bold; scontrol never prints `**`
     records = _records(text)
-    if not records:
-        raise ParseError("JobId", "no `JobId=` record (expected `scontrol show job` output)")
-    out: list[dict[str, Any] | Reject] = []
+    if not records and ctx.job_id and re.search(r"(?m)^\s*JobState=|\sJobState=", text) \
+            and not scontrol_node.records(text):
+        # the record pasted without its first line: the job is the one the shipper names
+        records = [(1, f"JobId={ctx.job_id}\n{text}")]
+    if not records and not scontrol_node.records(text):
+        raise ParseError("JobId", "no `JobId=` or `NodeName=` record (expected `scontrol "
+                         "show job` or `scontrol show node` output)")
+    out: list[dict[str, Any] | Reject] = scontrol_node.parse(text, ctx)
     for i, (number, record) in enumerate(records):
         fields = {m.group("k"): m.group("v") for m in _TOKEN.finditer(record)}
         ref = f"{ctx.origin}:{number}"
@@ -315,7 +322,8 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     return out
 
 
-SCONTROL = Adapter("scontrol", parse_scontrol, doc="Slurm `scontrol show job` text")
+SCONTROL = Adapter("scontrol", parse_scontrol, doc="Slurm `scontrol show job` and `scontrol "
+                   "show node` text")
 SLURMCTLD = Adapter("slurmctld", parse_slurmctld, doc="slurmctld log lines (node down/drain/"
                     "resume; job submit, allocate, complete, signal, cancel, node failure, "
                     "time limit, preemption, requeue)", line_oriented=True)

@@ -140,3 +140,29 @@ def test_repeated_prefixes_are_read_once_not_recursed_into() -> None:
         out = run(registry()["node-log"], text, ctx)
         assert [(type(o).__name__, getattr(o, "entity", None)) for o in out] == [
             ("Event", "fs01")]
+
+
+def test_scontrol_show_node_says_what_is_wrong_and_since_when() -> None:
+    for fmt in (None, "auto"):
+        (drained,) = read(SAMPLES["slurm-text/scontrol_show_node_idle_drain_gres_gpu_count.txt"],
+                          fmt).events
+        assert _what(drained) == ("node.drained", _at(2024, 12, 19, 11, 3, 34),
+                                  "yigou-dev-102-68", "yigou-dev-102-68",
+                                  "gres/gpu count reported lower than configured (0 < 1)")
+        assert (drained.attributes["set_by"], drained.attributes["state"]) == ("slurm",
+                                                                               "IDLE+DRAIN")
+        (down,) = read(SAMPLES["slurm-text/scontrol_show_node_down_not_responding.txt"],
+                       fmt).events
+        assert _what(down) == ("node.not_ready", READ_AT, "gpu02", "gpu02", "not responding")
+        assert down.attributes["time_source"] == "observed"  # the record says no time
+
+
+def test_a_job_record_pasted_without_its_first_line_is_the_shipper_s_job() -> None:
+    """The JobId line cut off and the state in Markdown bold, as pasted in an issue."""
+    for fmt in (None, "auto"):
+        events = read(SAMPLES["slurm-text/scontrol_show_job_failed_md_bold.txt"], fmt).events
+        assert [(e.type, e.job_id, e.time) for e in events] == [
+            ("job.submitted", "job-1", _at(2018, 11, 1, 14, 54, 2)),
+            ("job.started", "job-1", _at(2018, 11, 1, 14, 54, 3)),
+            ("job.failed", "job-1", _at(2018, 11, 1, 14, 54, 3))]
+        assert events[-1].attributes["reason"] == "NonZeroExitCode"
