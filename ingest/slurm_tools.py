@@ -228,6 +228,7 @@ def parse_sinfo(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         raise ParseError("header", "expected sinfo output with its header (... STATE "
                          "NODELIST), or sinfo -R (REASON USER TIMESTAMP NODELIST)")
     out: list[dict[str, Any] | Reject] = []
+    when, source = _snapshot_time(text, ctx) or (ctx.observed_at.isoformat(), "observed")
     for _number, row, cells in found.rows:
         col = {k.upper(): v for k, v in cells.items()}
         state = col["STATE"].rstrip("*~#!%$@^-+").lower()
@@ -237,10 +238,10 @@ def parse_sinfo(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             continue
         for node in expand_hostlist(col["NODELIST"]):
             out.append({"id": f"sinfo-{ctx.cluster}-{node}-{state}", "type": type_,
-                        "time": ctx.observed_at.isoformat(), "scope": "node", "entity": node,
+                        "time": when, "scope": "node", "entity": node,
                         "node": node, "severity": "error" if type_ == "node.not_ready"
                         else "warning", "message": clip(row.strip(), 500),
-                        "attributes": {"reason": col["STATE"], "time_source": "observed",
+                        "attributes": {"reason": col["STATE"], "time_source": source,
                                        "partition": col.get("PARTITION"),
                                        "raw": raw_evidence(row)}})
     return out
@@ -254,6 +255,7 @@ def _sinfo_reasons(text: str, found: slurm_paste.Table,
     from ingest.timestamps import local_time
 
     columns = [c.upper() for c in found.columns]
+    snapshot = _snapshot_time(text, ctx)
     rows: list[tuple[int, str, dict[str, str]]] = []
     if columns[0] == "REASON":
         rows = [(n, row, {k.upper(): v for k, v in cells.items()})
@@ -263,8 +265,12 @@ def _sinfo_reasons(text: str, found: slurm_paste.Table,
         header = lines[found.header_line - 1]
         starts = [m.start() for m in re.finditer(r"\S+", header)]
         for n, row, _cells in found.rows:
-            cut = [row[a:b].strip() for a, b in zip(starts, [*starts[1:], len(row) + 1],
-                                                     strict=True)]
+            words = row.split(None, len(columns) - 1)
+            if columns[-1] == "REASON" and len(words) == len(columns):
+                cut = words  # `sinfo -lNe`: one word a column (right-aligned), the reason last
+            else:
+                cut = [row[a:b].strip() for a, b in zip(starts, [*starts[1:], len(row) + 1],
+                                                         strict=True)]
             rows.append((n, row, dict(zip(columns, cut, strict=True))))
     out: list[dict[str, Any] | Reject] = []
     for number, row in found.bad:
@@ -277,17 +283,45 @@ def _sinfo_reasons(text: str, found: slurm_paste.Table,
             out.append(Reject("row", "no reason or node list", raw_evidence(row),
                               f"{ctx.origin}:{number}"))
             continue
+        # `sinfo -lNe` and friends have a STATE beside the reason: a down node is not a drain,
+        # and a node back in service with an old reason is no event
+        state = col.get("STATE", "").rstrip("*~#!%$@^-+").lower()
+        type_ = "node.drained" if not state or state in _DRAIN else \
+            "node.not_ready" if state in _DOWN or col.get("STATE", "").endswith("*") else None
+        if type_ is None:
+            continue
         try:
             when, source = local_time(col.get("TIMESTAMP", ""), ctx), "line"
         except ValueError:
-            when, source = ctx.observed_at.isoformat(), "observed"
+            when, source = snapshot or (ctx.observed_at.isoformat(), "observed")
         for node in expand_hostlist(nodes):
-            out.append({"type": "node.drained", "time": when, "scope": "node", "entity": node,
-                        "node": node, "severity": "warning", "message": clip(row.strip(), 500),
-                        "attributes": {"reason": clip(reason, 200), "time_source": source,
-                                       "user": col.get("USER", ""),
-                                       "raw": raw_evidence(row)}})
+            attrs = {"reason": clip(reason, 200), "time_source": source,
+                     "user": col.get("USER", ""), "raw": raw_evidence(row)}
+            if state:
+                attrs["state"] = col["STATE"]
+            out.append({"type": type_, "time": when, "scope": "node", "entity": node,
+                        "node": node, "severity": "warning" if type_ == "node.drained" else
+                        "error", "message": clip(row.strip(), 500), "attributes": attrs})
     return out
+
+
+_DATE_LINE = re.compile(r"^\s*(?P<when>\w{3} \w{3} +\d{1,2} \d\d:\d\d:\d\d \d{4})\s*$")
+
+
+def _snapshot_time(text: str, ctx: Context) -> tuple[str, str] | None:
+    """The time `sinfo -l` prints above its table (`Thu Jun  9 22:22:36 2016`, local)."""
+    from datetime import datetime
+
+    from ingest.timestamps import local_time
+
+    for line in text.splitlines()[:10]:
+        if m := _DATE_LINE.match(line):
+            try:
+                stamp = datetime.strptime(" ".join(m["when"].split()), "%a %b %d %H:%M:%S %Y")
+            except ValueError:
+                return None
+            return local_time(stamp.strftime("%Y-%m-%d %H:%M:%S"), ctx), "line"
+    return None
 
 
 SACCT = Adapter("sacct", parse_sacct, doc="Slurm `sacct --parsable2` text", line_oriented=True)

@@ -166,3 +166,21 @@ def test_a_job_record_pasted_without_its_first_line_is_the_shipper_s_job() -> No
             ("job.started", "job-1", _at(2018, 11, 1, 14, 54, 3)),
             ("job.failed", "job-1", _at(2018, 11, 1, 14, 54, 3))]
         assert events[-1].attributes["reason"] == "NonZeroExitCode"
+
+
+def test_sinfo_long_listings_keep_the_state_and_the_time_above_the_table() -> None:
+    """`sinfo -lNe` has a REASON and a STATE: `down*` is not a drain; the date line sinfo -l
+    prints above its table is when the listing was taken."""
+    for fmt in (None, "auto"):
+        down = read(SAMPLES["slurm-text/sinfo_lNe_down_not_responding.txt"], fmt).events
+        assert [_what(e) for e in down] == [
+            ("node.not_ready", _at(2016, 6, 9, 22, 22, 36), f"compute00{i}", f"compute00{i}",
+             "Not responding") for i in range(1, 5)]
+        (drained,) = read(SAMPLES["slurm-text/sinfo_node_long_drained_low_realmemory.txt"],
+                          fmt).events
+        assert _what(drained) == ("node.drained", _at(2022, 2, 3, 22, 23, 32), "ip-172-31-79-91",
+                                  "ip-172-31-79-91", "Low RealMemory")
+    table = _read("slurm-text/sinfo_partitions_drng_fail_maint.txt").events
+    kinds = {(e.type, e.attributes["reason"]) for e in table}
+    assert kinds == {("node.drained", "drng@"), ("node.not_ready", "fail*")}
+    assert len([e for e in table if e.type == "node.not_ready"]) == 4  # f005, c[020-022]
