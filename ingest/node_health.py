@@ -176,3 +176,37 @@ def table(table: list[str], ctx: Context, ref: str) -> list[dict[str, Any] | Rej
     if any(re.match(r"^\|\s*Diagnostic\s*\|\s*Result", row) for row in table):
         return dcgm_diag(table, ctx, ref)
     return []
+
+
+_HUNG = re.compile(r"INFO: task (?P<proc>\S{1,64}?):(?P<pid>\d{1,9}) blocked for more than "
+                   r"(?P<s>\d{1,7}) seconds")
+_TRACE_MODULE = re.compile(r"\+0x[0-9a-f]+/0x[0-9a-f]+ \[(?P<mod>\w{1,64})\]\s*$")
+
+
+def hung_task(lines: list[str], number: int, host: str, time: str, source: str,
+              ctx: Context) -> dict[str, Any] | Reject | None:
+    """`INFO: task python:12345 blocked for more than 120 seconds.` -> `node.health` (system
+    `kernel`, status `warning`: evidence, not a fault of its own), with the module its call
+    trace waits in (`[nfs]`, `[nvidia_uvm]`, `[lustre]`: which system hung it) when the trace
+    follows within 40 lines."""
+    line = lines[number - 1]
+    m = _HUNG.search(line)
+    if m is None:
+        return None
+    node = host or ctx.node
+    if not node:
+        return Reject("node", "a hung task names no host and none was given",
+                      raw_evidence(line), f"{ctx.origin}:{number}")
+    attrs: dict[str, Any] = {"system": "kernel", "status": "warning", "check": "hung_task",
+                             "process": m.group("proc"), "pid": int(m.group("pid")),
+                             "blocked_s": int(m.group("s")), "time_source": source,
+                             "raw": raw_evidence(line)}
+    for later in lines[number:number + 40]:
+        if _HUNG.search(later):
+            break  # the next report
+        if module := _TRACE_MODULE.search(later):
+            attrs["waits_in"] = module.group("mod")
+            break
+    return {"type": "node.health", "time": time, "scope": "node", "entity": node, "node": node,
+            "severity": "warning", "message": clip(line[m.start():].strip(), 500),
+            "attributes": attrs}

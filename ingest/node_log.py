@@ -232,6 +232,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out.extend([*nvlink, *smi])
     used |= smi_used
     fabric: set[tuple[str, str]] = set()  # (node, minute): one Fabric Manager failure
+    gone: set[tuple[str, str]] = set()  # (GPU, minute): one GPU off the bus
     table: list[str] = []
     start = 0
     for number, line in enumerate(lines, start=1):
@@ -260,6 +261,19 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         if "NVRM: Xid" in line:
             out.extend(xid.parse(line, replace(ctx, origin=ref)))
             continue
+        # the Xid-less reports, over one line or several (once per GPU and minute)
+        if ("fallen off the bus" in line and (lost := xid.off_the_bus(lines, number, ctx))
+                is not None) or ("_kgsp" in line and (lost := xid.gsp_timeout(lines, number, ctx))
+                                 is not None):
+            if xid.first_report(lost, gone):
+                out.append(lost)
+            continue
+        if "blocked for more than" in line:
+            time, host, source = _when(line, ctx)
+            if (hung := node_health.hung_task(lines, number, host, time, source, ctx)) \
+                    is not None:
+                out.append(hung)
+                continue
         record = _line(line, ctx, ref)
         if isinstance(record, dict) and record["attributes"].get("system") == "fabric_manager":
             key = (str(record.get("node")), str(record["time"])[:16])

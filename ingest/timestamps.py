@@ -80,6 +80,9 @@ _GLOG = re.compile(r"^(?:\[rank\d+\]:)?\[?(?P<level>[IWEF])(?P<mm>[01]?\d)(?P<dd
                    r"(?P<file>[^\s:\]]+:\d+)\]\s?")
 _EPOCH = re.compile(r"^(?P<epoch>1\d{9}(?:\.\d+)?) " + _HOST + r" ")
 _QUOTE = re.compile(r"^> ?(?=\S)")
+_STAMPED = r"(?=\[|" + _MON + r" +\d|\d{4}-\d\d-\d\d[T ])"
+_GREP_FILE = re.compile(r"^[\w./-]{1,200}?:" + _STAMPED)  # `grep -r`: `messages:Jun 17 ...`
+_PDSH_HOST = re.compile(r"^(?P<host>(?=[\w.-]{0,63}\d)[\w.-]{1,64}): " + _STAMPED)
 _PID = re.compile(r"^\[\d{1,10}\] (?=\[rank\d+\]:|\[?[IWEF]\d{4} )")
 _MINUTE = re.compile(r"^\s*(?P<ts>\d{4}-\d\d-\d\d[T ]\d\d:\d\d)(?P<zone>Z|[+-]\d\d:?\d\d)?\s+"
                      r"(?=\S)(?!\d)")
@@ -173,8 +176,11 @@ def _wrapped(text: str, ctx: Context) -> Stamp | None:
     launcher's `[pid] ` before torch's `[rankN]:` or glog, a collector's minute-resolution
     ` 2025-02-18 12:54 ` before the program's own line. The inner line's own time wins
     (the collector's year helps it); else the collector's minute."""
-    if m := _QUOTE.match(text):
+    if m := _QUOTE.match(text) or _GREP_FILE.match(text):
         return _read(text[m.end():], ctx)
+    if m := _PDSH_HOST.match(text):  # `pdsh -w gpu[01-08] dmesg`: the host is the prefix's
+        inner = _read(text[m.end():], ctx)
+        return replace(inner, host=inner.host or m["host"])
     if m := _PID.match(text):
         return _read(text[m.end():], ctx)
     if m := _MINUTE.match(text):
@@ -191,7 +197,7 @@ def _wrapped(text: str, ctx: Context) -> Stamp | None:
 def read(line: str, ctx: Context) -> Stamp:
     """The time, host and the rest of `line` (see the module's table)."""
     text = line.lstrip("\ufeff")
-    if text[:1] in (">", "[", " ", "1", "2") and (wrapped := _wrapped(text, ctx)) is not None:
+    if (wrapped := _wrapped(text, ctx)) is not None:
         return wrapped  # one wrapper, not nested: a hostile line cannot recurse
     return _read(text, ctx)
 

@@ -75,11 +75,14 @@ def _severity(default: str, detail: str) -> str:
     return default
 
 _XID = re.compile(r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, (?P<detail>.*))?")
-_OFF_BUS_GPU = re.compile(r"NVRM: (?:The NVIDIA )?GPU (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:"
-                          r"[0-9a-fA-F]{2}\.\d)")
+# `The NVIDIA GPU 0000:b3:00.0` (newer, over several lines), `GPU at 0000:01:00.0 has fallen
+# off the bus.` (older drivers, one line; also `GPU at PCI:0000:01:00.0`)
+_WORD_XID = re.compile(r"\bXid\b")
+_OFF_BUS_GPU = re.compile(r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:"
+                          r"[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)")
 
 
-def _off_the_bus(lines: list[str], number: int, ctx: Context) -> dict[str, Any] | Reject | None:
+def off_the_bus(lines: list[str], number: int, ctx: Context) -> dict[str, Any] | Reject | None:
     """The Xid-less "fallen off the bus" report (newer drivers print it over several lines,
     `NVRM: The NVIDIA GPU 0000:b3:00.0` / `(PCI ID: ...)` / `fallen off the bus ...`): Xid 79
     of the GPU the block names, at the time of the block's first line ({} when an Xid 79 of
@@ -113,19 +116,69 @@ def _off_the_bus(lines: list[str], number: int, ctx: Context) -> dict[str, Any] 
     }
 
 
+_GSP = re.compile(r"NVRM: GPU(?P<gpu>\d{1,3}) _kgsp(?:IsHeartbeatTimedOut|LogRpcTimeout)\b")
+
+
+def gsp_timeout(lines: list[str], number: int, ctx: Context) -> dict[str, Any] | Reject | None:
+    """The GPU's system processor stopped answering (`NVRM: GPU6 _kgspIsHeartbeatTimedOut:
+    Heartbeat timed out`, `_kgspLogRpcTimeout: *** GSP Timeout ***`) with no Xid printed:
+    Xid 119 of that GPU (by its index: the lines name no PCI address), `xid_less`. {} when an
+    Xid 119/120 is printed near it (the same failure, named by the Xid line)."""
+    line = lines[number - 1]
+    m = _GSP.search(line)
+    if m is None:
+        return None
+    for near in lines[max(0, number - 11):number + 10]:
+        if (xid := _XID.search(near)) and xid.group("xid") in ("119", "120"):
+            return {}
+    time, host, source = line_time(line, ctx)
+    node = host or ctx.node
+    if not node:
+        return Reject("node", "no host in the line and none given by the shipper",
+                      raw_evidence(line), f"{ctx.origin}:{number}")
+    klass, action, severity = CATALOG[119]
+    return {
+        "type": "node.xid", "time": time, "severity": severity, "scope": "gpu",
+        "entity": f"{node}/gpu{m.group('gpu')}", "node": node,
+        "message": clip(line[m.start():].strip(), 500),
+        "attributes": {"xid": 119, "gpu": m.group("gpu"), "detail": "GSP stopped responding "
+                       "(the driver printed no Xid)", "xid_less": True, "class": klass,
+                       "action": action, "time_source": source, "raw": raw_evidence(line)},
+    }
+
+
+def first_report(found: dict[str, Any] | Reject, seen: set[tuple[str, str]]) -> bool:
+    """Whether an Xid-less report is the first of its GPU in its minute (older drivers print
+    `GPU at ... has fallen off the bus.` at every access): {} (an Xid 79 beside it) is not."""
+    if isinstance(found, Reject):
+        return True
+    if not found:
+        return False
+    key = (str(found["entity"]), str(found["time"])[:16])
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out: list[dict[str, Any] | Reject] = []
     lines = text.splitlines()
+    lost: set[tuple[str, str]] = set()
     for number, line in enumerate(lines, start=1):
         if "fallen off the bus" in line and not _XID.search(line):
-            found = _off_the_bus(lines, number, ctx)
-            if found == {}:
-                continue  # the same failure as the Xid 79 next to it
+            found = off_the_bus(lines, number, ctx)
             if found is not None:
-                out.append(found)
+                if first_report(found, lost):
+                    out.append(found)
                 continue
-        if "Xid" not in line or ("SXid" in line and not _XID.search(line)):
-            continue  # an NVSwitch SXid is node-log's (node.health, system nvswitch)
+        if "_kgsp" in line and (found := gsp_timeout(lines, number, ctx)) is not None:
+            if first_report(found, lost):
+                out.append(found)
+            continue
+        if not _WORD_XID.search(line) or ("SXid" in line and not _XID.search(line)):
+            continue  # an NVSwitch SXid is node-log's (node.health, system nvswitch); the
+            # driver's `_kgspLogXid119:` banner is the Xid line's company, not an Xid
         ref = f"{ctx.origin}:{number}"
         match = _XID.search(line)
         if not match:

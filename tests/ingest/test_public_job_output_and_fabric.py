@@ -184,3 +184,42 @@ def test_sinfo_long_listings_keep_the_state_and_the_time_above_the_table() -> No
     kinds = {(e.type, e.attributes["reason"]) for e in table}
     assert kinds == {("node.drained", "drng@"), ("node.not_ready", "fail*")}
     assert len([e for e in table if e.type == "node.not_ready"]) == 4  # f005, c[020-022]
+
+
+def test_a_gpu_lost_without_an_xid_is_xid_79_or_119_once() -> None:
+    for fmt in (None, "node-log", "auto"):
+        (multi,) = read(SAMPLES["kernel/fallen_off_bus_multiline_dmesg.txt"], fmt).events
+        (legacy,) = read(SAMPLES["kernel/dmesg_gpu_at_fallen_off_bus_legacy.txt"], fmt).events
+        assert [(e.attributes["xid"], e.entity, e.attributes["xid_less"])
+                for e in (multi, legacy)] == [(79, "gpu-node-1/pci-0000:b3:00", True),
+                                              (79, "gpu-node-1/pci-0000:01:00", True)]
+        (gsp,) = read(SAMPLES["kernel/dmesg_gsp_heartbeat_timeout_h100.txt"], fmt).events
+        assert (gsp.attributes["xid"], gsp.entity, gsp.attributes["class"]) == (
+            119, "gpu-node-1/gpu6", "gpu_hardware")
+        # with the Xid line printed, the banner and the GSP lines are its company, not
+        # events or dead letters of their own
+        named = read(SAMPLES["kernel/journalctl_xid119_gsp_timeout.txt"], fmt)
+        assert [(e.attributes["xid"], e.node) for e in named.events] == [(119, "banana")]
+        assert not named.letters
+
+
+def test_hung_tasks_say_what_they_wait_in() -> None:
+    for fmt in (None, "auto"):
+        (uvm,) = read(SAMPLES["kernel/hung_task_nvc_driver_uvm_mutex.txt"], fmt).events
+        assert (uvm.type, uvm.attributes["check"], uvm.attributes["process"],
+                uvm.attributes["blocked_s"], uvm.attributes["waits_in"]) == (
+            "node.health", "hung_task", "nvc:[driver]", 120, "nvidia_uvm")
+        # `grep -r`'s file name before the syslog line: the host and time are the line's
+        (nfs,) = read(SAMPLES["kernel/grep_messages_hung_task_nfs_flush.txt"], fmt).events
+        assert (nfs.node, nfs.time.strftime("%m-%d %H:%M:%S"), nfs.attributes["pid"]) == (
+            "ip-172-31-27-211", "06-17 20:18:09", 80601)
+
+
+def test_pdsh_output_names_each_line_s_host() -> None:
+    text = ("gpu03: [Mon Dec  1 10:00:00 2025] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU "
+            "has fallen off the bus.\n"
+            "gpu04: [Mon Dec  1 10:00:01 2025] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE\n")
+    ctx = Context(producer="t", observed_at=READ_AT, cluster="c", origin="x")
+    events = [o for o in run(registry()["auto"], text, ctx) if isinstance(o, Event)]
+    assert [(e.node, e.attributes["xid"], e.time) for e in events] == [
+        ("gpu03", 79, _at(2025, 12, 1, 10, 0, 0)), ("gpu04", 48, _at(2025, 12, 1, 10, 0, 1))]
