@@ -103,12 +103,41 @@ _DIAG_ROW = re.compile(r"^\|\s*(?P<test>[^|]+?)\s*\|\s*(?P<result>Fail|Warn)\w*\
                        r"(?P<gpus>(?:GPUs?:?\s*)?[\d, ]+|All)?\s*\|?$", re.I)
 
 
+def _cell(line: str) -> str:
+    """The right cell of a `| left | right |` row as printed, less its one pad space: the
+    rest of a word cut at the cell's end starts with its next letter, a new word with a
+    space."""
+    parts = line.strip().split("|")
+    raw = parts[2] if len(parts) > 3 else ""
+    return raw[1:].rstrip() if raw.startswith(" ") else raw.rstrip()
+
+
+def _cell_join(fragments: list[str], width: int) -> str:
+    """A wrapped cell's text: DCGM fills `width` characters and cuts, mid-word when the word
+    did not fit (the piece after the cut then starts with a letter, and runs on)."""
+    text = ""
+    for fragment in fragments:
+        glued = text and len(text) - text.rfind("\n") - 1 >= width and fragment[:1] and \
+            not fragment[0].isspace()
+        text += fragment if glued or not text else f"\n{fragment}"
+    return " ".join(text.split())
+
+
+_NOT_INITIALISED = re.compile(r"system not yet initiali[sz]ed", re.I)
+_GPU_N = re.compile(r"\bGPU (?P<gpu>\d{1,3})\b")
+
+
 def dcgm_diag(lines: list[str], ctx: Context, ref: str) -> list[dict[str, Any] | Reject]:
     """`dcgmi diag -r N` table -> one `node.health` per failed (or warned) test and GPU, with
-    the Warning/Info rows that follow it as the message."""
+    the Warning/Info rows that follow it as the message; an `Error` row (DCGM 3: `GPU 3 has
+    uncorrectable memory errors and row remappings are pending`) -> its GPU's own. A failure
+    whose warnings all say CUDA could not start (`cuInit ... 'system not yet initialized'`)
+    is the NVSwitch fabric not being up (Fabric Manager), not the GPUs' memory."""
     if not ctx.node:
         return [Reject("node", "a dcgmi diag report names no host: ship it with the node",
                        raw_evidence("\n".join(lines)), ref)]
+    border = next((line.strip() for line in lines if line.strip().startswith("+-")), "")
+    width = max(0, len(border.rstrip("+").split("+")[-1]) - 3)  # less the cell's padding
     found: list[dict[str, Any]] = []
     group: list[dict[str, Any]] = []  # the entries of the last failed row (its GPUs)
     for line in lines:
@@ -121,16 +150,29 @@ def dcgm_diag(lines: list[str], ctx: Context, ref: str) -> list[dict[str, Any] |
                       "status": "failure" if m.group("result").lower().startswith("fail")
                       else "warning", "message": []} for gpu in gpus]
             found.extend(group)
-        elif group and (row := _DCGM_ROW.match(line.strip())) and row.group("left") in (
-                "Warning", "Info", ""):
+        elif (row := _DCGM_ROW.match(line.strip())) and row.group("left") == "Error":
+            text = row.group("right")
+            gpu = _GPU_N.search(text)
+            group = [{"gpu": gpu.group("gpu") if gpu else "all", "system": "diag_error",
+                      "status": "failure", "message": [_cell(line)]}]
+            found.extend(group)
+        elif group and row and row.group("left") in ("Warning", "Info", ""):
             for item in group:
-                item["message"].append(row.group("right"))
-        elif _DCGM_ROW.match(line.strip()):
+                item["message"].append(_cell(line))
+        elif row:
             group = []
     out: list[dict[str, Any] | Reject] = []
     for item in found:
-        message = " ".join(item.pop("message")) or f"dcgmi diag: {item['system']} failed"
+        message = _cell_join(item.pop("message"), width) or \
+            f"dcgmi diag: {item['system']} failed"
+        if item["system"] == "diag_error" and "row remap" in message.lower():
+            item["system"] = "row_remap"
         klass = _DCGM_CLASS.get(item["system"].split("_")[0], "gpu_hardware")
+        if _NOT_INITIALISED.search(message) and item["status"] == "failure":
+            item.update(system="fabric_manager", failed_test=item["system"])
+            klass = "nvlink"
+            message = ("CUDA cannot start on the GPUs ('system not yet initialized'): on an "
+                       f"NVSwitch system, Fabric Manager is not running. {message}")
         gpu = item["gpu"]
         out.append({
             "type": "node.health", "time": ctx.observed_at.isoformat(), "scope": "gpu",

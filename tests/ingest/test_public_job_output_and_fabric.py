@@ -223,3 +223,31 @@ def test_pdsh_output_names_each_line_s_host() -> None:
     events = [o for o in run(registry()["auto"], text, ctx) if isinstance(o, Event)]
     assert [(e.node, e.attributes["xid"], e.time) for e in events] == [
         ("gpu03", 79, _at(2025, 12, 1, 10, 0, 0)), ("gpu04", 48, _at(2025, 12, 1, 10, 0, 1))]
+
+
+def test_dcgmi_diag_says_the_fabric_is_down_and_reads_error_rows() -> None:
+    """All GPUs 'failing' memory because CUDA cannot start (`system not yet initialized`) is
+    the NVSwitch fabric not up, not eight bad GPUs; a DCGM 3 `Error` row is its GPU's event;
+    a word DCGM cut at the cell's end is whole again."""
+    for fmt in (None, "auto"):
+        (fabric,) = read(SAMPLES["gpu-health/dcgmi_diag_r3_fail_early_cuinit.txt"], fmt).events
+        assert (fabric.entity, fabric.attributes["system"], fabric.attributes["class"],
+                fabric.attributes["failed_test"]) == ("gpu-node-1", "fabric_manager", "nvlink",
+                                                      "gpu_memory")
+        assert "Restart DCGM" in fabric.message and "initialize CUDA" in fabric.message
+        (remap,) = read(SAMPLES["gpu-health/dcgmi_diag_uncorrectable_row_remap_pending.txt"],
+                        fmt).events
+        assert (remap.entity, remap.attributes["system"], remap.message) == (
+            "gpu-node-1/gpu3", "row_remap",
+            "GPU 3 has uncorrectable memory errors and row remappings are pending")
+
+
+def test_a_fabric_manager_failure_is_an_nvlink_signal_not_a_gpu_one() -> None:
+    from processors.incidents.rules import load_rules
+
+    rules = load_rules()
+    fabric = rules.signal_rule("node.health", {"system": "fabric_manager", "status": "failure"},
+                               "")
+    assert fabric is not None and fabric.klass == "nvlink"
+    hung = {"system": "kernel", "status": "warning", "check": "hung_task"}
+    assert rules.signal_rule("node.health", hung, "") is None  # evidence, not a fault
