@@ -49,7 +49,7 @@ def test_matchers_follow_alertmanager() -> None:
     assert Matcher.parse("entity=").matches(labels)  # a missing label is ''
     assert Matcher.parse("owner=network").matches(labels)  # owner is the team
     for bad, field in (("nonsense", "label=value"), ("colour=red", "label must be one of"),
-                       ("class=~(", "not a regex")):
+                       ("class=~(", "not a regular expression")):
         with pytest.raises(ValueError, match=field):
             Matcher.parse(bad)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from processors.incidents.rules import SignalRule
 from processors.timeline import event_node
+from schemas import patterns
 from schemas.events import Event
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def maintenance(ctx: Context, event: Event) -> bool:
     text = f"{reason} {event.message}"
     if attrs.get("xid") is not None or _FAULT_WORDS.search(text):
         return False
-    return bool(attrs.get("ticket")) or re.search(ctx.rules.planned_reasons, text) is not None
+    return bool(attrs.get("ticket")) or patterns.search(ctx.rules.planned_reasons, text)
 
 
 def observe(ctx: Context, event: Event, signal: SignalRule | None) -> SignalRule | None:

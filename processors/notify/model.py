@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ingest.redact import redact_text
+from schemas import patterns
 
 TRANSITIONS = ("opened", "cause_changed", "severity_raised", "owner_changed", "mitigated",
                "recovery_verified", "recovery_failed", "resolved", "reopened",
@@ -67,10 +68,9 @@ class Matcher(BaseModel):
     def _regex(self) -> Matcher:
         if self.op in ("=~", "!~"):
             try:
-                re.compile(self.value)
-            except re.error as exc:
-                raise ValueError(f"{self.label}{self.op}{self.value}: not a regex: {exc}") \
-                    from None
+                patterns.compile_pattern(self.value)
+            except ValueError as exc:
+                raise ValueError(f"{self.label}{self.op}{self.value}: {exc}") from None
         return self
 
     @classmethod
@@ -93,8 +93,7 @@ class Matcher(BaseModel):
         if self.op in ("=", "!="):
             hit = self.value in values
         else:
-            pattern = re.compile(rf"(?:{self.value})\Z")
-            hit = any(pattern.match(v) for v in values)
+            hit = any(patterns.fullmatch(self.value, v) for v in values)  # RE2: linear
         return hit if self.op in ("=", "=~") else not hit
 
 
