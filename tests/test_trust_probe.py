@@ -51,3 +51,48 @@ def test_a_backtracking_bomb_in_a_rules_file_answers_at_once() -> None:
     with pytest.raises(ValueError):
         type(rules).model_validate({**rules.model_dump(by_alias=True),
                                     "planned_reasons": r"(a)\1"})
+
+
+# --- a shared incident's log names no other project's jobs, at any depth -------------------
+
+
+def _job(project: str, job: str) -> dict[str, object]:
+    return {"project": project, "job_id": job, "attempt": 1, "gpus": 512, "role": "failed",
+            "failure_step": 2250, "last_checkpoint_step": 2000, "lost_gpu_hours": 12.5,
+            "lost_steps": 250}
+
+
+def test_a_shared_incident_s_log_hides_the_other_project_s_jobs_at_any_depth() -> None:
+    """The probe read 1,396 references to the other tenant's job in `log[].data` of
+    `diagnosis_revised` entries (the jobs and the evidence a revision weighed)."""
+    import json
+
+    from jobtrail.views.incident import detail
+
+    mine, theirs = _job("llm-pretrain", "job-l"), _job("vision", "job-v")
+    ours = {"type": "comm.nccl_timeout", "project": "llm-pretrain", "job_id": "job-l"}
+    leaf = {"type": "network.port_down", "entity": "leaf-01", "project": ""}
+    full = {
+        "incident_id": "inc-1", "title": "network on leaf-01", "entity": "leaf-01",
+        "explanation": "leaf-01 went down before vision/job-v/1 failed",
+        "impacted_jobs": 2, "impacted_gpus": 1024, "lost_gpu_hours": 25.0,
+        "jobs": [mine, theirs], "actions": [],
+        "evidence": [leaf, ours, {"type": "comm.nccl_timeout", "project": "vision",
+                                  "job_id": "job-v"}],
+        "log": [{"kind": "diagnosis_revised", "data": {
+            "jobs": [mine, theirs],
+            "evidence": [leaf, ours, {"type": "comm.nccl_timeout", "project": "vision",
+                                      "job_id": "job-v", "entity": "rank-8"}],
+            "impact": {"project": "vision", "lost_gpu_hours": 12.5},
+            "projects": ["llm-pretrain", "vision"],
+            "why": "vision/job-v/1 and llm-pretrain/job-l/1 failed under leaf-01"}},
+            {"kind": "job_impacted", "data": {"job": {"project": "vision", "job_id": "job-v",
+                                                      "attempt": 1}}}]}
+    shown = detail(full, ["llm-pretrain"])
+    text = json.dumps(shown)
+    assert "vision" not in text and "job-v" not in text, text
+    (revision,) = shown["log"]
+    assert revision["data"]["jobs"] == [mine] and revision["data"]["projects"] == ["llm-pretrain"]
+    assert revision["data"]["evidence"] == [leaf, ours]  # the infrastructure's stays
+    assert shown["other_projects"] == 1 and shown["impacted_jobs"] == 1
+    assert detail(full, None) is full  # an operator sees everything

@@ -35,13 +35,30 @@ def _scrubber(keys: list[str]) -> Any:
     return lambda text: pattern.sub(HIDDEN, text)
 
 
-def _scrub_value(value: Any, scrub: Any) -> Any:
+def _foreign(value: Any, mine: set[str]) -> bool:
+    """A job, an evidence item, an impact: a dict naming a project not the caller's."""
+    if not isinstance(value, dict):
+        return False
+    project = value.get("project")
+    if isinstance(project, str) and project and project not in mine:
+        return True
+    job = value.get("job")
+    return isinstance(job, dict) and bool(job.get("project")) and job["project"] not in mine
+
+
+def _scrub_value(value: Any, scrub: Any, mine: set[str]) -> Any:
+    """`value` with every other project's job, evidence or impact taken out, at any depth (a
+    diagnosis revision lists the jobs and the evidence it weighed), their names replaced
+    in text, and project lists narrowed to the caller's."""
     if isinstance(value, str):
         return scrub(value)
     if isinstance(value, dict):
-        return {k: _scrub_value(v, scrub) for k, v in value.items()}
+        return {k: HIDDEN if _foreign(v, mine) else
+                sorted(set(v) & mine) if k == "projects" and isinstance(v, list) and all(
+                    isinstance(x, str) for x in v) else _scrub_value(v, scrub, mine)
+                for k, v in value.items()}
     if isinstance(value, list):
-        return [_scrub_value(v, scrub) for v in value]
+        return [_scrub_value(v, scrub, mine) for v in value if not _foreign(v, mine)]
     return value
 
 
@@ -99,6 +116,6 @@ def detail(full: dict[str, Any], projects: Sequence[str] | None) -> dict[str, An
                        if not e.get("project") or e["project"] in mine]
     out["actions"] = [a for a in full.get("actions", [])
                       if not a.get("projects") or set(a["projects"]) & mine]
-    out["log"] = [{**entry, "data": _scrub_value(entry["data"], scrub)}
+    out["log"] = [{**entry, "data": _scrub_value(entry["data"], scrub, mine)}
                   for entry in full.get("log", []) if _tagged_for(entry["data"], mine)]
     return out
