@@ -176,6 +176,15 @@ def _hops(event: Event, topology: Topology | None) -> list[tuple[str, str, str, 
     return hops
 
 
+def _reached(event: Event, spans: list[Span]) -> list[Span]:
+    """The attempts a job-less event reaches where it happened: every project's, for an
+    infrastructure event (no project: only an @infra or operator credential writes those);
+    only its own project's for an event a project wrote. A tenant's token may report what
+    it saw on a node its job ran on; that never reaches another tenant's job, its timeline
+    or the cause of its incident."""
+    return spans if not event.project else [s for s in spans if s.project == event.project]
+
+
 def rows_for(event: Event, membership: Membership, attempt_of_job: int | None,
              topology: Topology | None = None) -> list[TimelineRow]:
     """Timeline rows for one event; `attempt_of_job` resolves job events without an attempt."""
@@ -186,7 +195,7 @@ def rows_for(event: Event, membership: Membership, attempt_of_job: int | None,
         return [TimelineRow(event.project, event.job_id, attempt, event, "self", entity, "")]
     best: dict[tuple[str, str, int], TimelineRow] = {}
     for node, relation, entity, path in _hops(event, topology):
-        for span in membership.on_node(node, event.time):
+        for span in _reached(event, membership.on_node(node, event.time)):
             key = (span.project, span.job_id, span.attempt)
             if key not in best:
                 best[key] = TimelineRow(*key, event, relation, entity, path)
@@ -197,13 +206,13 @@ def rows_for(event: Event, membership: Membership, attempt_of_job: int | None,
             relation = "change"
         entity = event.entity or filesystem
         path = f"{entity} → {filesystem}" if entity != filesystem else filesystem
-        for span in membership.on_filesystem(filesystem, event.time):
+        for span in _reached(event, membership.on_filesystem(filesystem, event.time)):
             key = (span.project, span.job_id, span.attempt)
             if key not in best:
                 best[key] = TimelineRow(*key, event, relation, entity, path)
     if event.scope == Scope.queue and event.entity:
         relation = "change" if event.type.startswith("change.") else "queue"
-        for span in membership.on_queue(event.entity, event.time):
+        for span in _reached(event, membership.on_queue(event.entity, event.time)):
             key = (span.project, span.job_id, span.attempt)
             if key not in best:
                 best[key] = TimelineRow(*key, event, relation, event.entity,

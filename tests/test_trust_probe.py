@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from processors.incidents.model import Incident
 from processors.incidents.rules import Route, load_rules
 from processors.notify.model import Matcher
+from processors.timeline import TimelineRow
 from schemas import patterns
 
 # --- patterns: a catastrophic pattern is linear on RE2 -----------------------------------
@@ -96,3 +98,78 @@ def test_a_shared_incident_s_log_hides_the_other_project_s_jobs_at_any_depth() -
     assert revision["data"]["evidence"] == [leaf, ours]  # the infrastructure's stays
     assert shown["other_projects"] == 1 and shown["impacted_jobs"] == 1
     assert detail(full, None) is full  # an operator sees everything
+
+
+# --- a project's job-less events reach only its own jobs -------------------------------------
+
+
+def _run(records: list[dict[str, object]]) -> tuple[list[TimelineRow], dict[str, Incident]]:
+    import json
+    from datetime import UTC, datetime, timedelta
+
+    from ingest.canonical import decode
+    from jobtrail.learn import sample
+    from processors.incidents.model import fold
+    from processors.pipeline import Pipeline
+    from processors.topology import Topology
+    from schemas.events import Event
+    from schemas.topology import TopologyFile
+
+    events = [e for e in decode("\n".join(json.dumps(r) for r in records), producer="t",
+                                observed_at=datetime.now(UTC)) if isinstance(e, Event)]
+    assert len(events) == len(records)
+    pipeline = Pipeline(timedelta(seconds=30),
+                        Topology.from_file(TopologyFile.model_validate(sample.topology())))
+    out = pipeline.process(events)
+    return list(out.timeline), dict(fold(out.incidents))
+
+
+def _rec(type_: str, minute: int, project: str = "", job: str = "",
+         **fields: object) -> dict[str, object]:
+    out: dict[str, object] = {"type": type_, "time": f"2026-11-30T10:{minute:02d}:00Z",
+                              "cluster": "cluster-a", **fields}
+    if project:
+        out["project"] = project
+    if job:
+        out.update(job_id=job, attempt=1)
+    return out
+
+
+def _xid(minute: int, node: str, project: str = "") -> dict[str, object]:
+    return _rec("node.xid", minute, project, scope="gpu", entity=f"{node}/gpu3", node=node,
+                severity="critical", message="NVRM: Xid 79, GPU has fallen off the bus",
+                attributes={"xid": 79, "gpu": "3"})
+
+
+def _a_job(node: str, project: str = "llm-pretrain",
+           job: str = "job-a") -> list[dict[str, object]]:
+    return [_rec("job.started", 0, project, job, attributes={"nodes": [node], "gpus": 8}),
+            _rec("job.step", 1, project, job, attributes={"step": 10})]
+
+
+def test_another_project_cannot_write_into_a_job_s_timeline_or_its_cause() -> None:
+    """The probe: tenant B sent a GPU fault tagged with its own project and no job, on A's
+    node; it landed in A's timeline and became the stated cause of A's incident, routed to
+    hardware-ops, while A could not see the evidence."""
+    rows, incidents = _run([*_a_job("node-050"), _xid(5, "node-050", project="vision"),
+                            _rec("job.failed", 7, "llm-pretrain", "job-a",
+                                 attributes={"exit_code": 1})])
+    assert [r.event.type for r in rows if r.job_id == "job-a"] == [
+        "job.started", "job.step", "job.failed"]
+    (only,) = incidents.values()
+    assert only.klass != "gpu_hardware" and "node-050" not in only.entity
+
+
+def test_infrastructure_events_and_a_project_s_own_reports_still_reach_their_jobs() -> None:
+    # an infrastructure event (no project: an @infra or operator credential) reaches A
+    rows, incidents = _run([*_a_job("node-050"), _xid(5, "node-050"),
+                            _rec("job.failed", 7, "llm-pretrain", "job-a",
+                                 attributes={"exit_code": 1})])
+    assert "node.xid" in [r.event.type for r in rows if r.job_id == "job-a"]
+    assert [i.klass for i in incidents.values()] == ["gpu_hardware"]
+    # a project reporting what it saw on its own job's node reaches that job
+    rows, incidents = _run([*_a_job("node-060", "vision", "job-b"),
+                            _xid(5, "node-060", project="vision"),
+                            _rec("job.failed", 7, "vision", "job-b", attributes={"exit_code": 1})])
+    assert "node.xid" in [r.event.type for r in rows if r.job_id == "job-b"]
+    assert [i.klass for i in incidents.values()] == ["gpu_hardware"]

@@ -125,6 +125,9 @@ class Detector:
             book.ready.setdefault(node, deque(maxlen=READY_KEPT)).append(event.time)
         signal = planned.observe(ctx, event, self.rules.signal_rule(
             event.type, event.attributes, event.message))
+        if signal is not None and event.project and not event.job_id and not rows:
+            signal = None  # a project's report of a place none of its jobs is on (the rows
+            # are its own project's only: `timeline.rows_for`): no incident of its own
         if signal is not None:
             grouping.on_signal(ctx, event, signal, rows)
         symptom = self.rules.symptom_rule(event.type, event.attributes, event.message)
