@@ -1,6 +1,8 @@
 """The acknowledge link in a message, over HTTP: signed (incident, subscription, expiry),
 single use, expiring; a GET only confirms (a link scanner never acknowledges); a POST
-acknowledges as the subscription's owner, which stops the reminders."""
+acknowledges as the subscription's creator (its owner, for one an operator made), which
+stops the reminders; a tenant's link acknowledges only what its creator may
+(tests/test_trust_probe.py)."""
 
 from __future__ import annotations
 

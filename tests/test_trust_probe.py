@@ -7,6 +7,8 @@ author's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from processors.incidents.model import Incident
@@ -173,3 +175,54 @@ def test_infrastructure_events_and_a_project_s_own_reports_still_reach_their_job
                             _rec("job.failed", 7, "vision", "job-b", attributes={"exit_code": 1})])
     assert "node.xid" in [r.event.type for r in rows if r.job_id == "job-b"]
     assert [i.klass for i in incidents.values()] == ["gpu_hardware"]
+
+
+# --- an acknowledge link may do what its subscription's creator may ---------------------------
+
+
+def test_an_ack_link_obeys_the_api_s_policy_and_names_the_subscription_s_creator(
+        tmp_path: Path) -> None:
+    """The probe: a tenant's own subscription (owner written as `team:network`) received the
+    link of a shared incident; the API refused the tenant's `ack` (403), the link accepted
+    it, and the log said `team:network` did it."""
+    import time as clock
+
+    from jobtrail.alerts.links import ack_link
+    from jobtrail.alerts.secrets import Secrets
+    from tests.test_trust import TOPOLOGY, _two_tenants_one_switch
+    from tests.trust_kit import http, jsonl, serve
+
+    tokens = ("tok-llm=llm-pretrain,user:alice,role:responder;"
+              "tok-both=llm-pretrain,vision,user:bob,role:responder;tok-ops=*")
+    home = tmp_path / "home"
+    with serve(home, {"JOBTRAIL_API_TOKENS": tokens, "JOBTRAIL_TOPOLOGY": TOPOLOGY}) as server:
+        assert http("POST", f"{server.url}/v1/events", jsonl(_two_tenants_one_switch()),
+                    token="tok-ops").status == 202
+        deadline = clock.monotonic() + 60
+        while not (listed := http("GET", f"{server.url}/v1/incidents",
+                                  token="tok-ops").body["incidents"]):
+            assert clock.monotonic() < deadline
+            clock.sleep(0.2)
+        (shared,) = listed
+        inc = shared["incident_id"]
+        subs = {}
+        for token in ("tok-llm", "tok-both"):
+            made = http("POST", f"{server.url}/v1/subscriptions", {
+                "name": f"hook-{token}", "owner": "team:network",
+                "channel": {"kind": "webhook", "url": "https://hooks.example.com/x"}},
+                token=token)
+            assert made.status == 201, made.body
+            subs[token] = made.body["id"]
+        expires = int(clock.time()) + 3600
+
+        def link(token: str) -> str:
+            return ack_link(server.url, Secrets(home), inc, subs[token], expires)
+
+        refused = http("POST", link("tok-llm"))
+        assert refused.status == 403 and "other project" in refused.body["error"]
+        assert http("GET", link("tok-llm")).status == 403
+        assert http("GET", f"{server.url}/v1/incidents/{inc}", token="tok-ops") \
+            .body["status"] == "open"
+        done = http("POST", link("tok-both"))  # its creator holds every impacted project
+        assert done.status == 200, done.body
+        assert done.body["by"].startswith("person:bob via ack-link:")  # not team:network

@@ -37,9 +37,11 @@ async def unsubscribe(request: web.Request) -> web.Response:
 
 async def acknowledge(request: web.Request) -> web.Response:
     """A message's acknowledge link: GET shows what it will do (a link scanner must not
-    acknowledge); POST acknowledges as the subscription's owner. Authenticated by the HMAC
+    acknowledge); POST acknowledges as the subscription's creator. Authenticated by the HMAC
     in the link (incident, subscription, expiry), not a bearer; single use: the command's id
-    comes from the token, so a second POST appends nothing (410)."""
+    comes from the token, so a second POST appends nothing (410). The link may do what the
+    subscription's creator may: a tenant's link acknowledges only an incident within its
+    projects, and the actor is the creator, never the `owner` the creator wrote."""
     import time
 
     from jobtrail.alerts.links import ack_token
@@ -59,20 +61,38 @@ async def acknowledge(request: web.Request) -> web.Response:
     if time.time() > expires:
         fail(web.HTTPGone, "this acknowledge link has expired: acknowledge in jobtrail "
                            f"(jobtrail incident ack {incident_id})")
-    found = await request.app[BACKEND].call(alerts.subscription, sub_id, None)
+    backend = request.app[BACKEND]
+    found = await backend.call(alerts.subscription, sub_id, None)
     if found is None:
         fail(web.HTTPForbidden, "the subscription behind this link is gone")
-    owner = found[0].owner
+    sub = found[0]
+    full = await backend.call(backend.store.incident, incident_id, None)
+    if full is None:
+        fail(web.HTTPNotFound, "no such incident")
+    # the link may do what its subscription's creator may: a tenant's subscription (bound to
+    # its creator's projects) acknowledges only an incident within those projects, as the
+    # API's `ack` (`http.incidents._authorise`)
+    touched = set(full["projects"])
+    if sub.projects and (not touched or not touched <= set(sub.projects)):
+        fail(web.HTTPForbidden, f"the incident also impacts {len(touched - set(sub.projects))} "
+                                "other project(s): only an operator, or a token holding every "
+                                "impacted project, may acknowledge it (jobtrail incident ack "
+                                f"{incident_id})")
+    # who acts is who made the subscription (its `owner` is a name its creator wrote)
+    if sub.created_by:
+        actor = Actor(kind="person", name=sub.created_by,
+                      credential=f"ack-link:{sub_id}")  # the signed link is the credential
+    else:  # made by an operator, whose word the owner is
+        actor = Actor(kind="team" if sub.owner.startswith("team:") else "person",
+                      name=sub.owner.removeprefix("team:") or sub_id,
+                      credential=f"ack-link:{sub_id}")
     if request.method == "GET":
         return reply({"incident": incident_id, "confirm": "POST this URL to acknowledge it "
-                      f"as {owner}"})
-    actor = Actor(kind="team" if owner.startswith("team:") else "person",
-                  name=owner.removeprefix("team:") or sub_id,
-                  credential=f"ack-link:{sub_id}")  # the signed link is the credential
+                      f"as {actor.kind}:{actor.name}"})
     command = Command(command_id="ack-link-" + token[:24], incident_id=incident_id,
                       command="ack", actor=actor, time=datetime.now(UTC))
     try:
-        events = await request.app[BACKEND].command(command)
+        events = await backend.command(command)
     except InvalidTransition as exc:
         fail(web.HTTPConflict, f"not acknowledged: {exc}")
     if events is None:
