@@ -226,3 +226,34 @@ def test_an_ack_link_obeys_the_api_s_policy_and_names_the_subscription_s_creator
         done = http("POST", link("tok-both"))  # its creator holds every impacted project
         assert done.status == 200, done.body
         assert done.body["by"].startswith("person:bob via ack-link:")  # not team:network
+
+
+# --- the command line prints text, never terminal control ----------------------------------
+
+
+def test_the_cli_shows_control_characters_a_producer_wrote_and_obeys_none(
+        tmp_path: Path) -> None:
+    """OSC 52 (write the operator's clipboard), a screen clear, colours and a CR that
+    overprints a line, in a message and an entity: printed escaped, whatever the terminal."""
+    import json
+
+    from tests.trust_kit import cli
+
+    hostile = {"type": "job.step", "time": "2026-11-30T10:00:00Z", "cluster": "c",
+               "project": "llm", "job_id": "job-esc", "attempt": 1,
+               "entity": "rank-0\r\nX-Injected: 1",
+               "message": "\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2J\x1b[31mFAKE: all clear"
+                          "\x1b[0m\rline", "attributes": {"step": 1}}
+    events = tmp_path / "esc.jsonl"
+    events.write_text(json.dumps(hostile) + "\n")
+    home = tmp_path / "home"
+    cli(home, "ingest", str(events))
+    for colour in ("--colour", "--no-colour"):
+        out = cli(home, "timeline", "job-esc", "--project", "llm", colour).stdout
+        assert "\x07" not in out and "\r" not in out and "\x1b]" not in out, repr(out)
+        assert "\x1b[2J" not in out and "\x1b[31mFAKE" not in out, repr(out)
+        assert "\\x1b]52;c;" in out and "\\r\\nX-Injected: 1" in out
+    from jobtrail.views.terminal import printable
+
+    assert printable("\x1b[35mscheduler\x1b[0m\tok\n") == "\x1b[35mscheduler\x1b[0m\tok\n"
+    assert printable("a\rb\x1b]0;t\x07") == "a\\rb\\x1b]0;t\\x07"

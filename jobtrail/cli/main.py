@@ -39,8 +39,10 @@ class _Group(click.Group):
 def main(ctx: click.Context, home: Path | None) -> None:
     """jobtrail: one cross-system timeline per training job."""
     from jobtrail.logs import redact_log_records
+    from jobtrail.views.terminal import guard
 
     redact_log_records()
+    sys.stdout, sys.stderr = guard(sys.stdout), guard(sys.stderr)  # text, never control
     settings = Settings.from_env(os.environ)
     if home is not None:
         settings = settings.with_(home=home)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from jobtrail.views.terminal import field
 from processors.attempts import Attempt
 
 _COLOURS = {
@@ -75,12 +76,12 @@ def _attempt_header(attempt: Attempt | None, number: int, colour: bool) -> str:
 def render(job_id: str, rows: Sequence[dict[str, Any]], attempts: Sequence[Attempt], *,
            colour: bool = True, width: int = 160) -> str:
     if not rows:
-        return f"no timeline rows for {job_id} (check the job id and --project)\n"
+        return f"no timeline rows for {field(job_id)} (check the job id and --project)\n"
     by_attempt: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_attempt.setdefault(int(row["attempt"]), []).append(row)
     known = {a.attempt: a for a in attempts}
-    lines = [f"timeline of {job_id}: {len(rows)} rows, sources: "
+    lines = [f"timeline of {field(job_id)}: {len(rows)} rows, sources: "
              + ", ".join(sorted({r['source'] for r in rows}))]
     for number in sorted(by_attempt):
         group = by_attempt[number]
@@ -92,13 +93,14 @@ def render(job_id: str, rows: Sequence[dict[str, Any]], attempts: Sequence[Attem
         for row, count, last in _collapse(group):
             source = row["source"]
             start, end = (_COLOURS.get(source, ""), _RESET) if colour else ("", "")
-            link = row["entity"] if row["relation"] == "self" else (
-                f"{row['relation']}: {row['link_path'] or row['entity']}")
-            message = row["message"]
+            # every field a producer wrote is shown, never obeyed (`views.terminal`)
+            link = field(row["entity"]) if row["relation"] == "self" else (
+                f"{row['relation']}: {field(row['link_path'] or row['entity'])}")
+            message = field(row["message"])
             if count > 1 and row["type"] == "job.step":
-                message = f"{message} .. {last} ({count} progress reports)"
+                message = f"{message} .. {field(last)} ({count} progress reports)"
             elif count > 1:
-                link = f"{link} .. {last} (x{count})"
+                link = f"{link} .. {field(last)} (x{count})"
             text = (f"{_relative(row['time'] - origin):>10} {row['time']:%H:%M:%S} "
                     f"{start}{source:<9} {row['type']:<20}{end} {link:<34} {message}")
             lines.append(text[: width + len(start) + len(end)])
