@@ -257,3 +257,28 @@ def test_the_cli_shows_control_characters_a_producer_wrote_and_obeys_none(
 
     assert printable("\x1b[35mscheduler\x1b[0m\tok\n") == "\x1b[35mscheduler\x1b[0m\tok\n"
     assert printable("a\rb\x1b]0;t\x07") == "a\\rb\\x1b]0;t\\x07"
+
+
+# --- a Markdown export carries no raw HTML --------------------------------------------------
+
+
+def test_the_markdown_export_escapes_raw_html_a_person_wrote() -> None:
+    """A renderer that allows HTML (many wikis do) ran a section's `<script>` as written."""
+    from markdown_it import MarkdownIt
+
+    from jobtrail.views.postmortem import export
+    from tests.story_kit import Story
+
+    story = Story("ib-flap-64")
+    story.do("draft_postmortem")
+    text = ("</textarea><script>alert(5)</script> <iframe src=//evil></iframe> <!-- x -->\n\n"
+            "See <https://runbooks.example/leaf> and `<b>` in code; 1 < 2.\n\n"
+            "```\n<script>kept as code</script>\n```")
+    inc = story.do("edit_postmortem", section="summary", text=text)
+    markdown = export(inc, "md")
+    rendered = MarkdownIt("commonmark").render(markdown)  # a reader that keeps raw HTML
+    for tag in ("<script", "<iframe", "</textarea", "<!--"):
+        assert tag not in rendered, rendered  # shown as text (&lt;...), never a tag
+    assert '<a href="https://runbooks.example/leaf">' in rendered  # the autolink still links
+    assert "<code>&lt;b&gt;</code>" in rendered and "1 &lt; 2" in rendered
+    assert "&lt;script&gt;kept as code" in rendered  # a code block is shown as written

@@ -95,6 +95,25 @@ _UNSAFE_LINK = re.compile(
     + r")" + _COLON + r")", re.MULTILINE)
 
 
+_CODE = re.compile(r"(?ms)^ {0,3}(```|~~~).*?^ {0,3}\1|`[^`\n]*`")
+_RAW_HTML = re.compile(r"(?<!\\)<(?=/?[A-Za-z][A-Za-z0-9-]*(?:[\s/>]|$)|[!?])")
+
+
+def neutralise_html(markdown: str) -> str:
+    """Escape raw HTML in a Markdown export (`<script>`, `<iframe ...>`, `<!-- -->`, closing
+    tags): a person's section is Markdown, and a renderer that allows HTML (many wikis and
+    portals) would run a tag as written. `<` becomes `\\<`, which CommonMark shows as `<`;
+    code spans and fenced blocks are left as written, and so are autolinks (`<https://...>`,
+    made inert by `neutralise_links` when their scheme runs code)."""
+    out, at = [], 0
+    for code in _CODE.finditer(markdown):
+        out.append(_RAW_HTML.sub(r"\\<", markdown[at:code.start()]))
+        out.append(code.group())
+        at = code.end()
+    out.append(_RAW_HTML.sub(r"\\<", markdown[at:]))
+    return "".join(out)
+
+
 def neutralise_links(markdown: str) -> str:
     """Make every `javascript:`, `vbscript:` and `data:` link target inert in a Markdown
     export (inline links and images, reference definitions, autolinks, raw HTML
@@ -143,7 +162,7 @@ def document(inc: Incident, today: date | None = None) -> dict[str, Any]:
 def export(inc: Incident, fmt: str, today: date | None = None,
            links: Links | None = None) -> str:
     if fmt == "md":
-        return neutralise_links(draft.markdown(inc))
+        return neutralise_links(neutralise_html(draft.markdown(inc)))
     if fmt == "json":
         return json.dumps(document(inc, today), indent=2, sort_keys=True, default=str) + "\n"
     if fmt == "html":
