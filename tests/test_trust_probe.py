@@ -282,3 +282,44 @@ def test_the_markdown_export_escapes_raw_html_a_person_wrote() -> None:
     assert '<a href="https://runbooks.example/leaf">' in rendered  # the autolink still links
     assert "<code>&lt;b&gt;</code>" in rendered and "1 &lt; 2" in rendered
     assert "&lt;script&gt;kept as code" in rendered  # a code block is shown as written
+
+
+# --- a command id is its author's -------------------------------------------------------------
+
+
+def test_another_principal_s_command_under_the_same_id_is_its_own(tmp_path: Path) -> None:
+    """The probe: B re-sent A's `command_id` with another note and got 200 with no event:
+    its note was dropped silently, and B could pre-claim the ids A would use."""
+    import time as clock
+
+    from tests.test_trust import TOPOLOGY, _two_tenants_one_switch
+    from tests.trust_kit import http, jsonl, serve
+
+    tokens = ("tok-llm=llm-pretrain,user:alice,role:responder;"
+              "tok-vision=vision,user:bob,role:responder;tok-ops=*")
+    with serve(tmp_path / "home", {"JOBTRAIL_API_TOKENS": tokens,
+                                   "JOBTRAIL_TOPOLOGY": TOPOLOGY}) as server:
+        assert http("POST", f"{server.url}/v1/events", jsonl(_two_tenants_one_switch()),
+                    token="tok-ops").status == 202
+        deadline = clock.monotonic() + 60
+        while not (listed := http("GET", f"{server.url}/v1/incidents",
+                                  token="tok-ops").body["incidents"]):
+            assert clock.monotonic() < deadline
+            clock.sleep(0.2)
+        url = f"{server.url}/v1/incidents/{listed[0]['incident_id']}/commands"
+
+        def note(token: str, text: str) -> list[object]:
+            sent = http("POST", url, {"command": "note", "command_id": "n1",
+                                      "data": {"text": text}}, token=token)
+            assert sent.status == 200, sent.body
+            return list(sent.body["events"])
+
+        assert len(note("tok-llm", "alice's note")) == 1
+        assert len(note("tok-vision", "bob's note")) == 1  # not swallowed as alice's repeat
+        assert note("tok-llm", "alice's note") == []  # alice's own retry is still a repeat
+        log = http("GET", url.rsplit("/", 1)[0], token="tok-ops").body["log"]
+        assert sorted(e["data"]["text"] for e in log if e["kind"] == "note_added") == [
+            "alice's note", "bob's note"]
+        empty = http("POST", url, {"command": "note", "command_id": "", "data": {"text": "x"}},
+                     token="tok-llm")
+        assert empty.status == 422 and "command_id" in empty.body["error"]

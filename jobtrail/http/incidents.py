@@ -112,14 +112,14 @@ async def incident_command(request: web.Request) -> web.Response:
         if unknown:
             raise ValueError(f"{unknown[0]}: not a field of a command (command, command_id, "
                              "at, data)")
-        if not isinstance(body.get("command_id"), str):
+        if not isinstance(body.get("command_id"), str) or not body["command_id"]:
             raise ValueError("command_id: a string is required (the idempotency key)")
         if "at" in body and not (isinstance(body["at"], str) and body["at"]):
             raise ValueError("at: a date-time (when it happened), e.g. 2026-11-30T10:05:00Z")
         data = body.get("data", {})
         if not isinstance(data, dict):
             raise ValueError("data: must be a JSON object")
-        command = Command(command_id=str(body.get("command_id") or ""),
+        command = Command(command_id=who.command_id(str(body.get("command_id") or "")),
                           incident_id=incident_id, command=body.get("command"),
                           actor=who.actor(), time=datetime.now(UTC), data=data,
                           at=body.get("at"))

@@ -179,7 +179,8 @@ async def command(request: web.Request) -> web.Response:
         if verb == "learning" and not data.get("reason"):
             raise ValueError("reason: a declined learning needs a reason (make one with "
                              "POST .../postmortem/sample, monitor or runbook)")
-        cmd = Command(command_id=str(body.get("command_id") or f"http-{uuid.uuid4().hex}"),
+        cmd = Command(command_id=who.command_id(str(body.get("command_id")
+                                                     or f"http-{uuid.uuid4().hex}")),
                       incident_id=incident_id, command=name, actor=who.actor(),
                       time=datetime.now(UTC), data=data)
     except (ValueError, RecursionError) as exc:

@@ -107,6 +107,15 @@ class Principal:
             return ""
         return f"this token may not write to project {project!r}"
 
+    def command_id(self, given: str) -> str:
+        """The idempotency key of a command this principal sends: its own id, scoped to the
+        principal, so another principal re-sending (or guessing) the same id is a command
+        of its own, never swallowed as a repeat of this one's."""
+        scoped = f"{self.kind}:{self.name}/{given}"
+        if len(scoped) <= 200:
+            return scoped
+        return f"{self.kind}:{self.name[:100]}/" + hashlib.sha256(given.encode()).hexdigest()
+
     def describe(self) -> str:
         """One line for refusals: who, through what, with which role."""
         return f"{self.kind} {self.name} ({self.credential or 'no credential'}, {self.role})"
