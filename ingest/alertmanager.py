@@ -86,8 +86,12 @@ def alert_record(alert: Any, i: int, payload: dict[str, Any], ctx: Context,
     where = f"alerts[{i}]"
     if not isinstance(alert, dict):
         return Reject(where, "an alert must be an object", raw_evidence(alert))
-    labels = {**payload.get("commonLabels", {}), **(alert.get("labels") or {})}
-    labels = {str(k): str(v) for k, v in labels.items()}
+    common, own = payload.get("commonLabels") or {}, alert.get("labels") or {}
+    for field, value in (("commonLabels", common), (f"{where}.labels", own)):
+        if not isinstance(value, dict):
+            return Reject(field, "labels must be an object of name: value",
+                          raw_evidence(alert))
+    labels = {str(k): str(v) for k, v in {**common, **own}.items()}
     values = alert.get("values")  # Grafana unified alerting: {"B": 3, "C": 1}
     if "value" not in labels and isinstance(values, dict) and values:
         labels["value"] = str(next(iter(values.values())))

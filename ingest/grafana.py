@@ -38,6 +38,8 @@ def _legacy(payload: dict[str, Any], ctx: Context,
     name = str(payload.get("ruleName") or "")
     if not name:
         return [Reject("ruleName", "missing", raw_evidence(payload))]
+    if not isinstance(payload.get("tags") or {}, dict):
+        return [Reject("tags", "tags must be an object of name: value", raw_evidence(payload))]
     tags = {str(k): str(v) for k, v in (payload.get("tags") or {}).items()}
     matches = payload.get("evalMatches") or []
     if not isinstance(matches, list):
@@ -48,6 +50,10 @@ def _legacy(payload: dict[str, Any], ctx: Context,
     for i, match in enumerate(series):
         if not isinstance(match, dict):
             out.append(Reject(f"evalMatches[{i}]", "a match must be an object",
+                              raw_evidence(match)))
+            continue
+        if not isinstance(match.get("tags") or {}, dict):
+            out.append(Reject(f"evalMatches[{i}].tags", "tags must be an object of name: value",
                               raw_evidence(match)))
             continue
         labels = {**tags, **{str(k): str(v) for k, v in (match.get("tags") or {}).items()},

@@ -323,3 +323,25 @@ def test_another_principal_s_command_under_the_same_id_is_its_own(tmp_path: Path
         empty = http("POST", url, {"command": "note", "command_id": "", "data": {"text": "x"}},
                      token="tok-llm")
         assert empty.status == 422 and "command_id" in empty.body["error"]
+
+
+@pytest.mark.parametrize(("fmt", "body", "field"), [
+    ("alertmanager", {"receiver": "r", "alerts": [{"labels": ["a", "b"]}]}, "alerts[0].labels"),
+    ("alertmanager", {"receiver": "r", "commonLabels": [1], "alerts": [{"labels": {}}]},
+     "commonLabels"),
+    ("grafana", {"ruleName": "r", "state": "alerting", "evalMatches": [{"tags": [1]}]},
+     "evalMatches[0].tags"),
+])
+def test_labels_that_are_not_an_object_are_a_dead_letter_naming_them(
+        fmt: str, body: dict[str, object], field: str) -> None:
+    """They were a TypeError caught at the top (a traceback logged per request)."""
+    import json
+    from datetime import UTC, datetime
+
+    from ingest.adapters import Context, registry, run
+    from schemas.dead_letters import DeadLetter
+
+    ctx = Context(producer="t", observed_at=datetime(2026, 12, 4, tzinfo=UTC))
+    (letter,) = run(registry()[fmt], json.dumps(body), ctx)
+    assert isinstance(letter, DeadLetter) and letter.field == field
+    assert "must be an object" in letter.reason
