@@ -180,6 +180,23 @@ def test_infrastructure_events_and_a_project_s_own_reports_still_reach_their_job
 # --- an acknowledge link may do what its subscription's creator may ---------------------------
 
 
+def _shared_incident(url: str) -> str:
+    """Two tenants' jobs under one leaf that goes down (`test_trust`): their shared incident,
+    sent by the operator's token."""
+    import time as clock
+
+    from tests.test_trust import _two_tenants_one_switch
+    from tests.trust_kit import http, jsonl
+
+    assert http("POST", f"{url}/v1/events", jsonl(_two_tenants_one_switch()),
+                token="tok-ops").status == 202
+    deadline = clock.monotonic() + 60
+    while not (listed := http("GET", f"{url}/v1/incidents", token="tok-ops").body["incidents"]):
+        assert clock.monotonic() < deadline, "no incident within a minute"
+        clock.sleep(0.2)
+    return str(listed[0]["incident_id"])
+
+
 def test_an_ack_link_obeys_the_api_s_policy_and_names_the_subscription_s_creator(
         tmp_path: Path) -> None:
     """The probe: a tenant's own subscription (owner written as `team:network`) received the
@@ -189,22 +206,14 @@ def test_an_ack_link_obeys_the_api_s_policy_and_names_the_subscription_s_creator
 
     from jobtrail.alerts.links import ack_link
     from jobtrail.alerts.secrets import Secrets
-    from tests.test_trust import TOPOLOGY, _two_tenants_one_switch
-    from tests.trust_kit import http, jsonl, serve
+    from tests.test_trust import TOPOLOGY
+    from tests.trust_kit import http, serve
 
     tokens = ("tok-llm=llm-pretrain,user:alice,role:responder;"
               "tok-both=llm-pretrain,vision,user:bob,role:responder;tok-ops=*")
     home = tmp_path / "home"
     with serve(home, {"JOBTRAIL_API_TOKENS": tokens, "JOBTRAIL_TOPOLOGY": TOPOLOGY}) as server:
-        assert http("POST", f"{server.url}/v1/events", jsonl(_two_tenants_one_switch()),
-                    token="tok-ops").status == 202
-        deadline = clock.monotonic() + 60
-        while not (listed := http("GET", f"{server.url}/v1/incidents",
-                                  token="tok-ops").body["incidents"]):
-            assert clock.monotonic() < deadline
-            clock.sleep(0.2)
-        (shared,) = listed
-        inc = shared["incident_id"]
+        inc = _shared_incident(server.url)
         subs = {}
         for token in ("tok-llm", "tok-both"):
             made = http("POST", f"{server.url}/v1/subscriptions", {
@@ -290,23 +299,15 @@ def test_the_markdown_export_escapes_raw_html_a_person_wrote() -> None:
 def test_another_principal_s_command_under_the_same_id_is_its_own(tmp_path: Path) -> None:
     """The probe: B re-sent A's `command_id` with another note and got 200 with no event:
     its note was dropped silently, and B could pre-claim the ids A would use."""
-    import time as clock
 
-    from tests.test_trust import TOPOLOGY, _two_tenants_one_switch
-    from tests.trust_kit import http, jsonl, serve
+    from tests.test_trust import TOPOLOGY
+    from tests.trust_kit import http, serve
 
     tokens = ("tok-llm=llm-pretrain,user:alice,role:responder;"
               "tok-vision=vision,user:bob,role:responder;tok-ops=*")
     with serve(tmp_path / "home", {"JOBTRAIL_API_TOKENS": tokens,
                                    "JOBTRAIL_TOPOLOGY": TOPOLOGY}) as server:
-        assert http("POST", f"{server.url}/v1/events", jsonl(_two_tenants_one_switch()),
-                    token="tok-ops").status == 202
-        deadline = clock.monotonic() + 60
-        while not (listed := http("GET", f"{server.url}/v1/incidents",
-                                  token="tok-ops").body["incidents"]):
-            assert clock.monotonic() < deadline
-            clock.sleep(0.2)
-        url = f"{server.url}/v1/incidents/{listed[0]['incident_id']}/commands"
+        url = f"{server.url}/v1/incidents/{_shared_incident(server.url)}/commands"
 
         def note(token: str, text: str) -> list[object]:
             sent = http("POST", url, {"command": "note", "command_id": "n1",
