@@ -324,6 +324,10 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         elif match := _NCCL_ERR.search(line):
             sink.emit(line, "comm.nccl_error", {"error": match.group("err") or "watchdog exception",
                                                 "detail": match.group("what")}, severity="error")
+        elif (exc := training_text.raised(line)) is not None:
+            rank = _GLOBAL_RANK.search(line)
+            attrs = {**exc[1], **({"rank": int(rank.group(1))} if rank else {})}
+            sink.emit(line, exc[0], attrs, severity="error")
         elif classify(line) == "oom":  # the detector reads exits with the same classifier
             attrs = {"kind": "cuda" if "CUDA" in line or "cuda" in line else "host"}
             if (match := _OOM.search(line)) and match.group("size"):

@@ -79,3 +79,33 @@ def loss_dict(line: str) -> dict[str, Any] | None:
         elif key:
             out[key] = value
     return out
+
+
+_RAISED = re.compile(r"(?:^|\]:?\s*|\s)(?P<exc>(?:[A-Za-z_]\w{0,63}\.){0,8}[A-Za-z_]\w{0,63}"
+                     r"(?:Error|Exception)): (?P<msg>.{1,2000})$")
+_NCCL_IN = re.compile(r"NCCL error in: \S+, (?P<what>[^(\n]{1,200}?)\s*(?:\(|,|$)")
+_EXIT_LABELS = ("ecc", "gpu_lost", "enospc", "io_error", "illegal_memory", "segfault",
+                "dataloader")
+
+
+def raised(line: str) -> tuple[str, dict[str, Any]] | None:
+    """The last line of a Python traceback that says what failed, as the event it is:
+    `RuntimeError: CUDA error: uncorrectable ECC error encountered`, `OSError: [Errno 28] No
+    space left on device: '/ckpt/...'`, `torch.distributed.DistBackendError: NCCL error in:
+    .../ProcessGroupNCCL.cpp:1970, unhandled system error` -> (`job.worker_exited` with the
+    exception and the failure the text names, which the detector's text rules classify;
+    `comm.nccl_error` for NCCL's), or None: an exception that names no failure we know is
+    not read as one (a `ValueError` of the job's own)."""
+    from schemas.failure_text import classify
+
+    m = _RAISED.search(line)
+    if m is None:
+        return None
+    label = classify(m.group("msg"))
+    if label == "nccl_error":
+        what = _NCCL_IN.search(m.group("msg"))
+        return "comm.nccl_error", {"error": what.group("what").strip() if what else m.group(
+            "exc").rsplit(".", 1)[-1], "exception": m.group("exc")}
+    if label not in _EXIT_LABELS:
+        return None
+    return "job.worker_exited", {"exception": m.group("exc"), "error": label}

@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from ingest.adapters import Context, registry, run
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
@@ -251,3 +253,41 @@ def test_a_fabric_manager_failure_is_an_nvlink_signal_not_a_gpu_one() -> None:
     assert fabric is not None and fabric.klass == "nvlink"
     hung = {"system": "kernel", "status": "warning", "check": "hung_task"}
     assert rules.signal_rule("node.health", hung, "") is None  # evidence, not a fault
+
+
+@pytest.mark.parametrize(("line", "type_", "error"), [
+    ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "job.worker_exited",
+     "ecc"),
+    ("[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered",
+     "job.worker_exited", "illegal_memory"),
+    ("OSError: [Errno 28] No space left on device: '/ckpt/step_1000/model.pt'",
+     "job.worker_exited", "enospc"),
+    ("OSError: [Errno 5] Input/output error: '/lustre/data/shard_0001.bin'",
+     "job.worker_exited", "io_error"),
+    ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+     "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for "
+     "details), NCCL version 2.19.3", "comm.nccl_error", "unhandled system error"),
+])
+def test_the_exception_that_ended_a_rank_is_an_event_the_detector_classifies(
+        line: str, type_: str, error: str) -> None:
+    """The last line of a traceback is often all a job's log says about why it died."""
+    ctx = Context(producer="t", observed_at=READ_AT, cluster="c", origin="x", project="llm",
+                  job_id="job-1", attempt=1, node="gpu-node-1")
+    (event,) = [o for o in run(registry()["training-log"], line, ctx) if isinstance(o, Event)]
+    assert (event.type, event.attributes["error"]) == (type_, error)
+    if "[rank3]" in line:
+        assert event.attributes["rank"] == 3
+    from processors.incidents.rules import load_rules
+
+    rule = load_rules().symptom_rule(event.type, event.attributes, event.message)
+    expected = {"ecc": "gpu_hardware", "illegal_memory": "code_error",
+                "enospc": "storage_capacity", "io_error": "storage_io"}
+    if type_ == "job.worker_exited":
+        assert rule is not None and rule.klass == expected[error]
+
+
+def test_an_exception_that_names_no_known_failure_is_not_an_event() -> None:
+    ctx = Context(producer="t", observed_at=READ_AT, cluster="c", origin="x", project="llm",
+                  job_id="job-1", attempt=1)
+    text = "ValueError: shapes (3,) and (4,) not aligned\nKeyError: 'input_ids'\n"
+    assert not [o for o in run(registry()["training-log"], text, ctx) if isinstance(o, Event)]
