@@ -65,3 +65,26 @@ def test_the_import_horizon_yields_to_an_operator_setting() -> None:
     assert not Settings.from_env({"JOBTRAIL_LATENESS_S": ""}).lateness_given  # unset
     given = Settings.from_env({"JOBTRAIL_LATENESS_S": "900"})
     assert given.lateness_given and given.lateness_s == 900
+
+
+def test_a_job_log_without_its_cluster_joins_the_job_s_cluster(tmp_path: Path) -> None:
+    """The scheduler's events say cluster `c`; the job's output is imported with
+    `--project/--job` and no `--cluster`: its OOM joins that job's incident (it made a twin
+    job in the `default` cluster, and a second incident, before)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTRAIL_")}
+    env.update(JOBTRAIL_HOME=str(tmp_path / "home"))
+    base = {"project": "hafs", "cluster": "c", "job_id": "3495064", "attempt": 1}
+    scheduler = tmp_path / "scheduler.jsonl"
+    scheduler.write_text("".join(json.dumps({**base, **e}) + "\n" for e in (
+        {"type": "job.started", "time": "2021-10-27T19:00:00Z",
+         "attributes": {"nodes": ["Orion-01-01"], "gpus": 8}},
+        {"type": "job.step", "time": "2021-10-27T19:30:00Z", "attributes": {"step": 100}},
+        {"type": "job.failed", "time": "2021-10-27T19:35:40Z", "attributes": {"exit_code": 1}})))
+    _run(env, "ingest", str(scheduler))
+    output = Path(__file__).parent / "ingest" / "fixtures" / "public" / "slurm-output" / \
+        "srun_oom_kill_step_cancelled.txt"
+    said = _run(env, "ingest", "--format", "training-log", "--project", "hafs", "--job",
+                "3495064", str(output))
+    assert "cluster c: the one hafs/3495064 has attempts in" in said
+    rows = [json.loads(line) for line in _run(env, "incidents", "--all", "--json").splitlines()]
+    assert [(r["class"], r["entity"]) for r in rows] == [("oom", "hafs/3495064/1")]

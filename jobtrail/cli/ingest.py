@@ -39,33 +39,19 @@ def _ingest_text(settings: Settings, raw: bytes | str, *, producer: str, origin:
                  context: dict[str, Any] | None = None) -> None:
     """Decode (one record per line or array element: one bad byte costs that record, never
     the file), submit durably, process, and say what happened to every record."""
-    from ingest.canonical import decode
     from jobtrail.app import open_runtime
     from schemas.dead_letters import DeadLetter
 
     started = time.monotonic()
     now = datetime.now(UTC)
-    if adapter == "canonical":
-        decoded = decode(raw, producer=producer, observed_at=now, origin=origin)
-    else:
-        from ingest.adapters import Context, registry, run_report
-
-        ctx = Context(producer=producer, observed_at=now, origin=origin, **(context or {}))
-        try:
-            adapters = registry(settings.adapter_config())
-        except (OSError, ValueError) as exc:
-            raise click.ClickException(f"adapter mapping: {exc}") from None
-        decoded, report = run_report(adapters[adapter], raw, ctx)
-        if report.summary():
-            click.echo(report.summary())
-            for example in report.examples:
-                click.echo(f"  skipped: {example}")
     if not settings.lateness_given:
         # files come one after another, each spanning the same days: decided as the events'
         # times decide them (the replay budget and the journal's cap bound the cost)
         settings = settings.with_(lateness_s=IMPORT_LATENESS_S)
     runtime = open_runtime(settings, topology=topology)
     try:
+        decoded = _decode(runtime, raw, producer=producer, origin=origin, adapter=adapter,
+                          context=context, settings=settings, now=now)
         runtime.submit(decoded)
         result = runtime.drain()
     finally:
@@ -80,6 +66,47 @@ def _ingest_text(settings: Settings, raw: bytes | str, *, producer: str, origin:
     _print_dead_letters(result.dead_letters)
 
 
+def _job_cluster(runtime: Any, context: dict[str, Any]) -> str:
+    """The cluster a job log's lines belong to when `--cluster` is not given: the one cluster
+    the job (`--project`/`--job`) already has attempts in, else `default`. A job's output
+    pasted without its cluster then joins the job's timeline and incident, not a twin of
+    the job in the `default` cluster."""
+    store = getattr(getattr(runtime, "sink", None), "store", None)
+    if store is None or not (context.get("project") and context.get("job_id")):
+        return "default"
+    clusters = {a.cluster for a in store.attempts(context["project"], context["job_id"])}
+    if len(clusters) != 1:
+        return "default"
+    (cluster,) = clusters
+    click.echo(f"cluster {cluster}: the one {context['project']}/{context['job_id']} has "
+               "attempts in (--cluster to say otherwise)")
+    return str(cluster)
+
+
+def _decode(runtime: Any, raw: bytes | str, *, producer: str, origin: str, adapter: str,
+            context: dict[str, Any] | None, settings: Settings, now: datetime) -> list[Any]:
+    from ingest.canonical import decode
+
+    if adapter == "canonical":
+        return list(decode(raw, producer=producer, observed_at=now, origin=origin))
+    from ingest.adapters import Context, registry, run_report
+
+    context = dict(context or {})
+    if context.get("cluster") is None:
+        context["cluster"] = _job_cluster(runtime, context)
+    ctx = Context(producer=producer, observed_at=now, origin=origin, **context)
+    try:
+        adapters = registry(settings.adapter_config())
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"adapter mapping: {exc}") from None
+    decoded, report = run_report(adapters[adapter], raw, ctx)
+    if report.summary():
+        click.echo(report.summary())
+        for example in report.examples:
+            click.echo(f"  skipped: {example}")
+    return list(decoded)
+
+
 def _formats() -> list[str]:
     from ingest.adapters import registry
 
@@ -91,7 +118,9 @@ def _formats() -> list[str]:
 @click.option("--format", "fmt", type=click.Choice(_formats()), default="canonical",
               help="Source adapter (docs/adapters.md); canonical = our JSON events")
 @click.option("--producer", default="file", help="Producer name recorded on each event")
-@click.option("--cluster", default="default", help="Cluster, when the payload does not say")
+@click.option("--cluster", default=None,
+              help="Cluster, when the payload does not say (default: the one cluster the job "
+                   "named by --project/--job has attempts in, else 'default')")
 @click.option("--project", default="", help="For job logs: the job's project")
 @click.option("--job", "job_id", default="", help="For job logs: the job id")
 @click.option("--attempt", type=int, default=None, help="For job logs: the attempt")
