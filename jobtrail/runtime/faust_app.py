@@ -35,7 +35,14 @@ from ingest.raw import decode_raw, text_headers
 from ingest.redact import clip, error_text
 from jobtrail.config import Settings
 from jobtrail.runtime.build import build_sink, open_store
-from jobtrail.runtime.kafka_io import PartitionReader, Record, batch_by_cluster, sign, signed
+from jobtrail.runtime.kafka_io import (
+    PartitionReader,
+    Record,
+    batch_by_cluster,
+    sign,
+    signed,
+    until_sent,
+)
 from jobtrail.runtime.shards import PartialStore, Shards
 from jobtrail.store.retry import RetryPolicy, StoreUnavailable
 from processors.incidents.model import IncidentEvent
@@ -141,11 +148,16 @@ def create_app(settings: Settings) -> faust.App:
         by_incident: dict[str, list[bytes]] = {}
         for e in events:
             by_incident.setdefault(e.incident_id, []).append(e.to_json().encode())
-        futures = [await app.producer.send(incident_topic.get_topic_name(), key.encode(),
-                                           message, None, None, None)
-                   for key, lines in by_incident.items() for message in message_chunks(lines)]
-        for fut in futures:
-            await fut
+
+        async def once() -> None:
+            futures = [await app.producer.send(incident_topic.get_topic_name(), key.encode(),
+                                               message, None, None, None)
+                       for key, lines in by_incident.items()
+                       for message in message_chunks(lines)]
+            for fut in futures:
+                await fut
+
+        await until_sent("incident events", once)  # a broker restart is ridden out
 
     def publish(events: list[IncidentEvent]) -> Callable[[], None]:
         """Called from the store thread: sends on the event loop, and returns the wait for
@@ -156,10 +168,14 @@ def create_app(settings: Settings) -> faust.App:
     async def send_dead(letters: list[DeadLetter], key: bytes) -> None:
         # the dlq agent is the one writer of dead_letters; wait for the broker to acknowledge
         # before the batch that made them is acked
-        futures = [await dlq_topic.send(key=key, value=d.model_dump_json().encode())
-                   for d in letters]
-        for fut in futures:
-            await fut
+        async def once() -> None:
+            futures = [await dlq_topic.send(key=key, value=d.model_dump_json().encode())
+                       for d in letters]
+            for fut in futures:
+                await fut
+
+        if letters:
+            await until_sent("dead letters", once)
 
     def fatal(exc: BaseException,
               what: str = "ClickHouse unavailable past the retry budget",

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -24,6 +25,8 @@ from jobtrail.config import Settings
 from processors.incidents.model import Command
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event
+
+log = logging.getLogger("jobtrail.kafka")
 
 
 async def ensure_topics(settings: Settings) -> None:
@@ -242,3 +245,27 @@ class PartitionReader:
                 await consumer.stop()
 
         return asyncio.run(asyncio.wait_for(run(), self.timeout_s))
+
+
+async def until_sent(what: str, send: Callable[[], Awaitable[None]],
+                     budget_s: float = 90.0) -> None:
+    """`send()` again while the broker is away (a restart, a leader moving): a retriable
+    Kafka error waits and retries, doubling from 0.5 s to 5 s, for `budget_s`; past it, or
+    on any other error, the error is raised (the worker then exits without acking and its
+    replacement replays the batch). A retry may send again what the broker already took:
+    the topics are at-least-once, and their events carry their ids."""
+    from aiokafka.errors import KafkaError
+
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + budget_s, 0.5
+    while True:
+        try:
+            await send()
+            return
+        except KafkaError as exc:
+            if not getattr(exc, "retriable", False) or loop.time() + delay > deadline:
+                raise
+            log.warning("%s: the broker is unavailable (%s: %s), retrying in %.1f s", what,
+                        type(exc).__name__, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
