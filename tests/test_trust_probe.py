@@ -321,9 +321,10 @@ def test_another_principal_s_command_under_the_same_id_is_its_own(tmp_path: Path
         log = http("GET", url.rsplit("/", 1)[0], token="tok-ops").body["log"]
         assert sorted(e["data"]["text"] for e in log if e["kind"] == "note_added") == [
             "alice's note", "bob's note"]
-        empty = http("POST", url, {"command": "note", "command_id": "", "data": {"text": "x"}},
-                     token="tok-llm")
-        assert empty.status == 422 and "command_id" in empty.body["error"]
+        for bad in ("", "x" * 201):  # scoped or not, the caller's id is 1 to 200 characters
+            refused = http("POST", url, {"command": "note", "command_id": bad,
+                                         "data": {"text": "x"}}, token="tok-llm")
+            assert refused.status == 422 and "command_id" in refused.body["error"]
 
 
 @pytest.mark.parametrize(("fmt", "body", "field"), [

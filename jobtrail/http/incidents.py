@@ -112,8 +112,9 @@ async def incident_command(request: web.Request) -> web.Response:
         if unknown:
             raise ValueError(f"{unknown[0]}: not a field of a command (command, command_id, "
                              "at, data)")
-        if not isinstance(body.get("command_id"), str) or not body["command_id"]:
-            raise ValueError("command_id: a string is required (the idempotency key)")
+        if not isinstance(body.get("command_id"), str) or not 0 < len(body["command_id"]) <= 200:
+            raise ValueError("command_id: a string of 1 to 200 characters is required (the "
+                             "idempotency key)")
         if "at" in body and not (isinstance(body["at"], str) and body["at"]):
             raise ValueError("at: a date-time (when it happened), e.g. 2026-11-30T10:05:00Z")
         data = body.get("data", {})
