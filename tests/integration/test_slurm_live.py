@@ -61,7 +61,12 @@ def _same_times_as_sacct(store: Store, job_id: str) -> None:
 def test_every_lifecycle_lands_on_the_timeline(slurm: Path, store: Store,
                                                 tmp_path: Path) -> None:
     c = collector(store, tmp_path)
-    ok = sbatch(slurm, "sleep 2; exit 0", "-x", "n3")
+    # `ok` runs until the collector has recorded its start (its GPUs are read from the
+    # running job: a 2-second job was over before a loaded machine's poll, by construction
+    # now, not by timing); bounded: 300 s at most
+    go = tmp_path / "go-ok"
+    ok = sbatch(slurm, f"for i in $(seq 1 1500); do [ -e {go} ] && break; sleep 0.2; done; "
+                "exit 0", "-x", "n3")
     bad = sbatch(slurm, "sleep 2; exit 3", "-x", "n3")
     cancel = sbatch(slurm, "sleep 300", "-x", "n3")
     requeue = sbatch(slurm, "sleep 300", "--requeue", "-w", "n2")
@@ -69,12 +74,15 @@ def test_every_lifecycle_lands_on_the_timeline(slurm: Path, store: Store,
     on_n3 = sbatch(slurm, "sleep 300", "--requeue", "-w", "n3")
     big = sbatch(slurm, "sleep 1", "--gres=gpu:8", "-w", "n4", "--dependency", f"afterany:{ok}")
 
-    running = {cancel, requeue, on_n3}
+    running = {ok, cancel, requeue, on_n3}
     wait_until("jobs running", lambda: all(job(j).get("job_state") == "RUNNING"
                                            for j in running), 60, c.step)
+    wait_until("ok's start on its timeline", lambda: (1, "job.started") in _types(store, ok),
+               60, c.step)
     pending = wait_until("a pending reason", lambda: [
         r for r in store.timeline(PROJECT, big) if r["type"] == "job.pending"], 30, c.step)
-    assert pending[0]["attributes"]["reason"] == "Dependency"
+    assert pending[0]["attributes"]["reason"] == "Dependency"  # `ok` still runs: by construction
+    go.touch()
     sh("scancel", cancel)
     sh("scontrol", "requeue", requeue)
     sh("scontrol", "update", "nodename=n3", "state=drain", "reason=XID 79: GPU fell off the bus")
