@@ -106,8 +106,7 @@ _IBSTAT = re.compile(r"(?m)^CA '[\w-]+'\s*\n(?:.*\n){0,12}?\s+Port \d+:\s*$|"
                      r"^\s*mlx\w+\s+port\s+\d+\s+==>\s+\S+\s+\((?:Up|Down)\)|"
                      r"^hca_id:\s*\S+\s*\n(?:.*\n){0,16}?\s+port:\s+\d+\s*$")
 """`ibstat` (a CA, then a port block within a dozen lines), `ibv_devinfo` or `ibdev2netdev`
-output: its
-`State: Down` lines look like kubectl's describe, so this is tried first."""
+output: its `State: Down` lines look like kubectl's describe, so this is tried first."""
 
 
 def _lines_of(record: dict[str, Any] | Reject) -> set[str]:
