@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from dashboards.build import built
+from dashboards.check import targets
 from dashboards.interpolate import ALL
 from tests.dashboard_kit import QUERIES, STORIES, Story, load, ts
 
@@ -31,6 +32,7 @@ def stories(chdb_path: Path, tmp_path_factory: pytest.TempPathFactory
     work = tmp_path_factory.mktemp("stories")
     loaded = {name: load(name, chdb_path, work / name) for name in STORIES}
     yield loaded
+    print("\nqueries run per dashboard:", dict(sorted(QUERIES.items())))
     for story in loaded.values():
         story.store.client.command(f"DROP DATABASE IF EXISTS {story.store.database}")
 
@@ -69,8 +71,7 @@ def test_every_query_of_every_board_runs_on_every_story(stories: dict[str, Story
                     filled.add(key)
     ran = QUERIES[board["uid"]] - before
     print(f"{name}: {ran} queries")
-    every = {f"{title}/{t['refId']}" for _, title, t in __import__(
-        "dashboards.check", fromlist=["targets"]).targets(board)}
+    every = {f"{title}/{t['refId']}" for _, title, t in targets(board)}
     assert every <= filled, f"{name}: never filled on any story: {sorted(every - filled)}"
 
 
@@ -238,3 +239,301 @@ def test_checkpoint_age_of_a_running_attempt_counts_to_now(stories: dict[str, St
     (summary,) = ecc.board(board).select(project="llm-pretrain", job="ft", attempt=ALL).rows(
         "Summary")
     assert (summary["state"], summary["checkpoint_age_min"]) == ("running", 45.0)
+
+
+# --- what the boards say, against what the CLI says ---------------------------------------
+
+def _shown(story: Story, incident: str) -> dict[str, Any]:
+    """`jobtrail incident show ID --json`."""
+    found: dict[str, Any] = story.cli_json("incident", "show", incident, "--json")
+    return found
+
+
+def _listed(story: Story, *args: str) -> list[dict[str, Any]]:
+    """`jobtrail incidents --all --json` (infrastructure-only incidents too)."""
+    return story.cli_lines("incidents", "--all", "--json", *args)
+
+
+def _in_range(story: Story, row: dict[str, Any]) -> bool:
+    return story.start <= ts(row["opened_at"]) <= story.end
+
+
+_TOLD = re.compile(r"time to (\w+) \*\*(.+?)\*\*", re.I)
+
+
+def _response_told(story: Story, incident: str) -> dict[str, str]:
+    """The postmortem's headline figures as `jobtrail postmortem show ID --json` prints
+    them (`time to acknowledge **4m 40s**`)."""
+    doc = story.cli_json("postmortem", "show", incident, "--json")
+    (timings,) = [s["text"] for s in doc["sections"] if s["name"] == "timings"]
+    first = timings.splitlines()[0]
+    return {name.lower(): text for name, text in _TOLD.findall(first)}
+
+
+def _inclusive(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def test_fleet_incident_board_and_postmortem_agree_on_response_times(
+        stories: dict[str, Story]) -> None:
+    """The fleet counted acknowledge from the opening and recover per job from its failure
+    to its verified recovery; the postmortem counts both from the first signal, recover to
+    progress resumed. One definition now: each incident's figures on its board are what
+    `jobtrail postmortem show` prints, and the fleet's medians are taken over them."""
+    from processors.postmortem.text import duration
+
+    fleet, one = built()["fleet"], built()["incident"]
+    phases = {"detect": "1 detect", "acknowledge": "2 acknowledge", "mitigate": "3 mitigate",
+              "recover": "4 recover", "resolve": "5 resolve"}
+    acknowledged = 0
+    for story in stories.values():
+        seconds: dict[str, list[float]] = {p: [] for p in phases}
+        view = story.board(one)
+        for row in _listed(story):
+            shown = _shown(story, row["incident_id"])
+            if "drill" in shown["flags"] or not _in_range(story, row):
+                continue
+            (board,) = view.select(incident=row["incident_id"]).rows("Response times")
+            told = _response_told(story, row["incident_id"])
+            for name in phases:
+                assert duration(board[f"{name}_s"]) == told[name], (story.name, name)
+                if board[f"{name}_s"] is not None:
+                    seconds[name].append(board[f"{name}_s"])
+            acknowledged += board["acknowledge_s"] is not None
+        rows = {r["phase"]: r for r in story.board(fleet).select().rows(
+            "Time to detect, acknowledge, recover")}
+        for name, phase in phases.items():
+            if not seconds[name]:
+                assert phase not in rows, (story.name, phase)
+                continue
+            got = rows[phase]
+            assert got["n"] == len(seconds[name]), (story.name, phase)
+            assert got["median_s"] == pytest.approx(round(_inclusive(seconds[name], 0.5), 1))
+            assert got["p90_s"] == pytest.approx(round(_inclusive(seconds[name], 0.9), 1))
+    assert acknowledged >= 1
+    demo = {r["phase"]: r for r in stories["demo"].board(fleet).select().rows(
+        "Time to detect, acknowledge, recover")}
+    worst = max(_listed(stories["demo"]), key=lambda r: r["lost_gpu_hours"])
+    told = _response_told(stories["demo"], worst["incident_id"])
+    assert duration(demo["2 acknowledge"]["median_s"]) == told["acknowledge"] != "—"
+    assert duration(demo["4 recover"]["median_s"]) == told["recover"] != "—"
+
+
+def test_incident_board_says_what_incident_show_says(stories: dict[str, Story]) -> None:
+    board = built()["incident"]
+    jobs_seen = 0
+    for story in stories.values():
+        view = story.board(board)
+        for incident in story.incidents():
+            shown = _shown(story, incident)
+            view.select(incident=incident)
+            (summary,) = view.rows("Status, cause and owner")
+            for key in ("status", "severity", "class", "entity", "owner"):
+                assert summary[key] == shown[key], (story.name, incident, key)
+            (impact,) = view.rows("Impact")
+            assert (impact["impacted_jobs"], impact["impacted_gpus"], impact["lost_steps"]) \
+                == (shown["impacted_jobs"], shown["impacted_gpus"], shown["lost_steps"])
+            assert impact["lost_gpu_hours"] == round(shown["lost_gpu_hours"], 2)
+            jobs = sorted((r["project"], r["job_id"], r["attempt"], r["role"],
+                           r["lost_gpu_hours"]) for r in view.rows("Impacted jobs"))
+            assert jobs == sorted((j["project"], j["job_id"], j["attempt"], j["role"],
+                                   round(j["lost_gpu_hours"], 2)) for j in shown["jobs"])
+            jobs_seen += len(jobs)
+            milestones = {(r["job_id"], r["attempt"]): r for r in view.rows(
+                "Recovery milestones")}
+            for j in shown["jobs"]:
+                if j["role"] != "failed":
+                    continue
+                got = milestones[(j["job_id"], j["attempt"])]
+                for key in ("failed_at", "restarted_at", "resumed_at", "verified_at"):
+                    assert (ts(got[key]) if got[key] else None) == \
+                        (ts(j[key]) if j[key] else None), (story.name, incident, key)
+                assert got["recovery"] == j["recovery"]
+    assert jobs_seen >= 10
+
+
+def test_fleet_says_what_incidents_says(stories: dict[str, Story]) -> None:
+    """Lost GPU-hours by cause and owner, incidents by class and the open incidents are the
+    CLI's (drills left out, as the fleet leaves them out)."""
+    board = built()["fleet"]
+    compared = 0.0
+    for story in stories.values():
+        view = story.board(board).select()
+        listed = [r for r in _listed(story)
+                  if "drill" not in _shown(story, r["incident_id"])["flags"]]
+        lost: dict[tuple[str, str], tuple[float, int]] = {}
+        for r in listed:
+            if _in_range(story, r):
+                hours, n = lost.get((r["class"], r["owner"]), (0.0, 0))
+                lost[(r["class"], r["owner"])] = (hours + r["lost_gpu_hours"], n + 1)
+        shown = {(r["cause"], r["owner"]): (r["lost_gpu_hours"], r["incidents"])
+                 for r in view.rows("Lost GPU-hours by cause and owner")}
+        assert shown == {k: (round(h, 2), n) for k, (h, n) in lost.items()}, story.name
+        compared += sum(h for h, _ in lost.values())
+        by_class: dict[str, int] = {}
+        for r in view.rows("Incidents by class"):
+            by_class[r["class"]] = by_class.get(r["class"], 0) + r["incidents"]
+        assert by_class == {c: sum(n for (k, _), (_, n) in lost.items() if k == c)
+                            for c in {k for k, _ in lost}}
+        open_ = {r["incident"] for r in view.rows("Open incidents")}
+        assert open_ == {r["incident_id"] for r in listed
+                         if r["status"] not in ("resolved", "closed")}, story.name
+    assert compared > 95  # the demo's 95.29 GPU-h and the stories'
+
+
+def _timeline_states(story: Story, project: str, job: str) -> dict[int, str]:
+    """`jobtrail timeline JOB --project P`: each attempt's header `attempt N: state`."""
+    text = story.cli("timeline", job, "--project", project, "--no-colour")
+    return {int(n): state for n, state in re.findall(r"attempt (\d+): (\w+)", text)}
+
+
+def test_job_board_says_what_the_cli_says(stories: dict[str, Story]) -> None:
+    """At each attempt and at All: the state `jobtrail timeline` prints, the last step of its
+    rows, the GPU-hours `incident show` charges to the job, the incidents holding it, and
+    each pending reason with its time."""
+    board = built()["job"]
+    checked = 0
+    for story in stories.values():
+        shown = {i: _shown(story, i) for i in story.incidents()}
+        for project, job, attempts in story.jobs():
+            states = _timeline_states(story, project, job)
+            view = story.board(board)
+            for choice in [ALL, *map(str, attempts)]:
+                attempt = attempts[-1] if choice == ALL else int(choice)
+                mine = [(i, j) for i, s in shown.items() for j in s["jobs"]
+                        if (j["project"], j["job_id"]) == (project, job)
+                        and (choice == ALL or j["attempt"] == attempt)]
+                view.select(project=project, job=job, attempt=choice)
+                (summary,) = view.rows("Summary")
+                assert summary["attempt"] == attempt
+                if attempt in states:
+                    assert summary["state"] == states[attempt], (story.name, job, choice)
+                steps = _steps(story, project, job, None if choice == ALL else attempt)
+                assert summary["last_step"] == (steps[-1][1] if steps else 0)
+                assert summary["lost_gpu_hours"] == pytest.approx(
+                    round(sum(j["lost_gpu_hours"] for _, j in mine), 2), abs=0.011)
+                touching = {r["incident"] for r in view.rows("Incidents touching the job")}
+                assert touching == {i for i, _ in (
+                    (i, j) for i, s in shown.items() for j in s["jobs"]
+                    if (j["project"], j["job_id"]) == (project, job))}
+                pending = sorted((ts(r["time"]), r["attributes"].get("reason", ""))
+                                 for r in story.cli_lines(
+                                     "timeline", job, "--project", project, "--json",
+                                     *([] if choice == ALL else ["--attempt", choice]))
+                                 if r["type"] == "job.pending")
+                queue = sorted((ts(r["since"]), r["reason"]) for r in view.rows(
+                    "Queue wait and reasons"))
+                assert queue == pending, (story.name, job, choice)
+                checked += 1
+    assert checked >= 30
+
+
+def test_entity_board_says_what_jobtrail_entity_says(stories: dict[str, Story]) -> None:
+    """Each entity the links lead to, at All and per project: its events are `jobtrail
+    entity NAME`'s for those projects, its attempts include every one whose timeline reached
+    it, and its incidents are those `incident show` finds on it."""
+    board = built()["entity"]
+    events = 0
+    for story in stories.values():
+        projects = sorted({p for p, _, _ in story.jobs()})
+        shown = {i: _shown(story, i) for i in story.incidents()}
+        reached = {(p, j, r["attempt"], r["entity"])
+                   for p, j, _ in story.jobs()
+                   for r in story.cli_lines("timeline", j, "--project", p, "--json")
+                   if r["relation"] != "self"}
+        for entity in story.entities():
+            for chosen in [projects, *([p] for p in projects)]:
+                view = story.board(board).select(
+                    entity=entity, project=[ALL] if chosen == projects else chosen)
+                cli = story.cli_lines("entity", entity,
+                                      *[a for p in chosen for a in ("--project", p)],
+                                      "--since", story.start.isoformat(),
+                                      "--until", story.end.isoformat())
+                rows = view.rows("What happened on it")
+                assert sorted(r["id"] for r in rows) == sorted(r["id"] for r in cli), \
+                    (story.name, entity, chosen)
+                events += len(rows)
+                attempts = {(r["project"], r["job_id"], r["attempt"])
+                            for r in view.rows("Job attempts on it or reached through it")}
+                assert {(p, j, a) for p, j, a, e in reached if p in chosen and (
+                    e == entity or e.startswith(entity + "/"))} <= attempts
+                assert {p for p, _, _ in attempts} <= set(chosen)
+                on_it = {i for i, s in shown.items()
+                         if (set(s["projects"]) & set(chosen) or not s["projects"])
+                         and "withdrawn" not in s["flags"] and _in_range(story, s)
+                         and (any(x == entity or x.startswith(entity + "/")
+                                  for x in (s["entity"], s["cause_entity"]))
+                              or any(e["entity"] == entity or e["entity"].startswith(
+                                  entity + "/") for e in s["evidence"]))}
+                assert {r["incident"] for r in view.rows("Incidents on it")} == on_it, \
+                    (story.name, entity, chosen)
+    assert events > 50
+
+
+def test_entity_board_keeps_to_the_chosen_projects(stories: dict[str, Story]) -> None:
+    """Two projects' jobs share node-001: chosen one, the board shows only its jobs and
+    their events (and the node's own), never the other's."""
+    story = stories["two-projects"]
+    board = built()["entity"]
+    for mine, theirs in (("llm-pretrain", "other"), ("other", "llm-pretrain")):
+        view = story.board(board).select(entity="node-001", project=[mine])
+        results = view.run()
+        for key, result in results.items():
+            for row in result.rows:
+                assert row.get("project", "") in ("", mine), (key, row)
+                assert theirs not in str(row.get("projects", "")), (key, row)
+        jobs = {r["job_id"] for r in view.rows("Job attempts on it or reached through it")}
+        assert jobs == {"a" if mine == "llm-pretrain" else "b"}
+        assert any(r["project"] == "" for r in view.rows("What happened on it"))  # the node's
+    both = story.board(board).select(entity="node-001", project=[ALL])
+    assert {r["job_id"] for r in both.rows("Job attempts on it or reached through it")} == \
+        {"a", "b"}
+
+
+def test_oncall_board_says_what_the_cli_says(stories: dict[str, Story]) -> None:
+    """Unacknowledged incidents are the open ones `jobtrail incidents` lists that nobody
+    acknowledged, with their age at the end of the range; waiting and failing jobs are the
+    latest attempts `jobtrail timeline` shows pending or ended badly; nodes out are the
+    capacity report's open outages."""
+    from jobtrail.reports.capacity_load import _outages
+
+    board = built()["oncall"]
+    seen = {"incidents": 0, "waiting": 0, "failed": 0, "nodes": 0}
+    for story in stories.values():
+        view = story.board(board).select()
+        want = {}
+        for r in _listed(story, "--status", "open"):
+            s = _shown(story, r["incident_id"])
+            if s["acknowledged_at"] is None and "drill" not in s["flags"]:
+                want[r["incident_id"]] = round(
+                    (story.end - ts(r["opened_at"])).total_seconds() / 60, 1)
+        rows = view.rows("Unacknowledged incidents")
+        assert {r["incident"]: r["age_min"] for r in rows} == want, story.name
+        (counts,) = view.rows("Waiting for a person")
+        assert counts["unacknowledged"] == len(want)
+        seen["incidents"] += len(want)
+        jobs = {(r["project"], r["job_id"]): r for r in view.rows("Jobs failing or waiting now")}
+        for project, job, attempts in story.jobs():
+            latest = story.store.attempts(project, job)[-1]
+            states = _timeline_states(story, project, job)
+            if latest.started_at is None and latest.ended_at is None:
+                assert jobs[(project, job)]["state"] == "waiting"
+                assert jobs[(project, job)]["attempt"] == attempts[-1]
+                seen["waiting"] += 1
+            elif latest.outcome in ("failed", "timeout", "preempted", "requeued") and \
+                    story.start <= ts(latest.ended_at) <= story.end:
+                assert jobs[(project, job)]["state"] == latest.outcome
+                assert states.get(attempts[-1], latest.outcome) == latest.state
+                seen["failed"] += 1
+            else:
+                assert (project, job) not in jobs, (story.name, job)
+        out = {o.node: o.start for o in _outages(story.store, story.start, story.end)
+               if o.end is None}
+        nodes = {r["node"]: ts(r["since"]) for r in view.rows("Nodes drained or not ready now")}
+        assert nodes == {n: ts(t) for n, t in out.items()}, story.name
+        seen["nodes"] += len(nodes)
+    assert all(seen.values()), seen
