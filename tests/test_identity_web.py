@@ -9,6 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from email.message import Message
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -371,3 +375,49 @@ async def _raw(base: str, method: str, path: str, headers: list[tuple[str, str]]
     writer.close()
     head, _, text = answer.partition(b"\r\n\r\n")
     return int(head.split()[1]), json.loads(text)
+
+
+def _call(method: str, url: str, headers: dict[str, str],
+          form: dict[str, str] | None = None) -> tuple[int, Message]:
+    data = urllib.parse.urlencode(form).encode() if form is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, answer.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers
+
+
+def test_a_logout_holds_across_real_serve_processes(clickhouse_server: str,
+                                                    tmp_path: Path) -> None:
+    """The same with `jobtrail serve` processes: two on one ClickHouse server with one
+    JOBTRAIL_SESSION_KEY; the one that took the logout is killed (SIGKILL) and started
+    again on its home."""
+    from tests.trust_kit import serve
+
+    db = database()
+    env = {"JOBTRAIL_CLICKHOUSE": clickhouse_server, "JOBTRAIL_DATABASE": db,
+           "JOBTRAIL_SESSION_KEY": "one-key-for-every-api-process",
+           "JOBTRAIL_API_TOKENS": "tok-responder=llm-pretrain,user:rita,role:responder",
+           "JOBTRAIL_ALERTS_INTERVAL_S": "0"}
+    try:
+        with serve(tmp_path / "a", env) as one, serve(tmp_path / "b", env) as two:
+            status, headers = _call("POST", f"{one.url}/ui/login", {"Origin": one.url},
+                                    {"token": "tok-responder"})
+            assert status == 200
+            cookie = headers["Set-Cookie"].split(";")[0]
+            for server in (one, two):
+                assert _call("GET", f"{server.url}/v1/whoami", {"Cookie": cookie})[0] == 200
+            with urllib.request.urlopen(urllib.request.Request(
+                    f"{one.url}/v1/whoami", headers={"Cookie": cookie}), timeout=60) as me:
+                csrf = json.loads(me.read())["csrf"]
+            status, _ = _call("POST", f"{one.url}/auth/logout",
+                              {"Cookie": cookie, "Origin": one.url}, {"csrf": csrf})
+            assert status == 200
+            for server in (one, two):
+                assert _call("GET", f"{server.url}/v1/whoami", {"Cookie": cookie})[0] == 401
+            one.kill()
+        with serve(tmp_path / "a", env) as again:
+            assert _call("GET", f"{again.url}/v1/whoami", {"Cookie": cookie})[0] == 401
+    finally:
+        _drop(clickhouse_server, db)
