@@ -251,8 +251,9 @@ def test_a_logout_holds_after_a_restart_and_on_another_server(clickhouse_server:
 
 
 def _route_path(template: str) -> str:
-    return re.sub(r"\{(\w+)(:[^}]*)?\}", lambda m: "postmortem.js" if m.group(1) == "name"
-                  else f"x-{m.group(1)}", template)
+    filled = {"name": "postmortem.js", "attempt": "1"}
+    return re.sub(r"\{(\w+)(:[^}]*)?\}", lambda m: filled.get(m.group(1), f"x-{m.group(1)}"),
+                  template)
 
 
 def test_every_cookie_authenticated_change_must_come_from_this_site(store: Store,
@@ -354,6 +355,11 @@ def test_a_repeated_auth_proxy_identity_header_is_refused_naming_it(store: Store
                     assert body["error"].startswith(f"the {header} header appears 2 times"), \
                         body
                     tried.append(f"{spelling} {method} {path}")
+            # a repeated identity header without the user header: refused too, whatever
+            # credential would have counted
+            status, body = await _raw(base, "GET", "/v1/whoami", [
+                ("X-WEBAUTH-ROLE", "admin"), ("X-WEBAUTH-ROLE", "viewer")], {})
+            assert status == 400 and "X-WEBAUTH-ROLE header appears 2 times" in str(body)
 
     run(settings, backend, scenario, local_addr=("127.0.0.2", 0))
     assert len(tried) == 4 * 2 * 3
@@ -421,3 +427,34 @@ def test_a_logout_holds_across_real_serve_processes(clickhouse_server: str,
             assert _call("GET", f"{again.url}/v1/whoami", {"Cookie": cookie})[0] == 401
     finally:
         _drop(clickhouse_server, db)
+
+
+def test_only_routes_that_never_read_the_caller_skip_the_logout_check(store: Store,
+                                                                      tmp_path: Path) -> None:
+    """`ANONYMOUS_READS` (the probes, metrics, the document, the sign-in pages, the page's
+    script) do no store I/O for a cookie: each is a route of the app and answers with no
+    credential at all; every other read asks for one (401, or the review page's redirect to
+    sign in), or for its link's HMAC (403)."""
+    from jobtrail.identity.roles import ANONYMOUS_READS
+
+    backend = backend_with_incident(store, tmp_path / "home")
+    settings = Settings(home=tmp_path / "home", api_tokens=TOKENS, alerts_interval_s=0)
+    reads = {(r.method, r.resource.canonical)  # type: ignore[union-attr]
+             for r in create_app(settings, backend=object()).router.routes()
+             if r.method == "GET"}
+    assert reads >= ANONYMOUS_READS
+
+    async def scenario(client: aiohttp.ClientSession, base: str) -> None:
+        for method, template in sorted(reads):
+            answer = await client.get(_route_path(template), allow_redirects=False, params={
+                "project": "llm-pretrain", "at": "2026-12-01T00:00:00Z", "node": "node-001"})
+            if (method, template) in ANONYMOUS_READS:
+                assert answer.status not in (401, 403), template
+            else:
+                assert answer.status in (401, 302, 403), (template, answer.status)
+                if answer.status == 302:
+                    assert answer.headers["Location"].startswith("/auth/login?"), template
+                if answer.status == 403:
+                    assert "link" in (await answer.json())["error"], template
+
+    run(settings, backend, scenario)

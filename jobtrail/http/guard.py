@@ -74,6 +74,7 @@ def principal(request: web.Request) -> Principal:
 
 
 def _credential(request: web.Request, settings: Any) -> tuple[Principal, str]:
+    _refuse_repeated_proxy_headers(request, settings)
     header = request.headers.get("Authorization", "")
     if header and settings.authenticated:
         scheme, _, presented = header.partition(" ")
@@ -112,16 +113,22 @@ def _trusted_proxy(remote: str, networks: tuple[str, ...]) -> bool:
     return any(address in ipaddress.ip_network(n, strict=False) for n in networks)
 
 
-def _proxy_principal(request: web.Request, settings: Any) -> Principal:
-    h = request.headers
+def _refuse_repeated_proxy_headers(request: web.Request, settings: Any) -> None:
+    """400 for a request carrying one of the auth proxy's identity headers more than once
+    (in any spelling of its name): a proxy that adds its value to the client's copy would
+    otherwise let the client's speak for it, so none of the values is taken."""
+    if not settings.auth_proxy_header:
+        return
     for header in (settings.auth_proxy_header, settings.auth_proxy_teams_header,
                    settings.auth_proxy_projects_header, settings.auth_proxy_role_header):
-        if header and (times := len(h.getall(header, ()))) > 1:
-            # a proxy that appends its value to the client's would otherwise let the
-            # client's own copy speak for the proxy
+        if header and (times := len(request.headers.getall(header, ()))) > 1:
             fail(web.HTTPBadRequest, f"the {header} header appears {times} times: the auth "
                                      "proxy's identity headers must each appear once (the "
                                      "proxy must replace a client's copy, not add to it)")
+
+
+def _proxy_principal(request: web.Request, settings: Any) -> Principal:
+    h = request.headers
     name = h[settings.auth_proxy_header].strip()[:200]
     if not name:
         fail(web.HTTPUnauthorized, f"the {settings.auth_proxy_header} header is empty")
