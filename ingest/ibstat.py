@@ -37,8 +37,8 @@ _NETDEV = re.compile(r"^\s*(?P<dev>mlx\w+)\s+port\s+(?P<port>\d+)\s+==>\s+(?P<if
                      r"\((?P<st>\w+)\)")
 # ibdev2netdev -v: `0000:3b:00.0 mlx5_0 (MT4123 - MCX653105A-HDAT) ... port 1 (ACTIVE) ==> ib0
 # (Up)`: the port's own state, then its netdev's
-_NETDEV_V = re.compile(r"^\s*(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d\s+(?P<dev>mlx\w+)"
-                       r"\s.{0,200}?\bport\s+(?P<port>\d+)\s+\((?P<pst>[A-Z_]+)\)\s+==>\s+"
+_NETDEV_V = re.compile(r"^\s*(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d\s+"
+                       r"(?P<dev>mlx\w+)\s.{0,200}?\bport\s+(?P<port>\d+)\s+\((?P<pst>[A-Z_]+)\)\s+==>\s+"
                        r"(?P<if>\S+)\s+\((?P<st>\w+)\)")
 # ibv_devinfo: `hca_id: mlx5_0`, `port:   1`, `state:  PORT_DOWN (1)`
 _HCA = re.compile(r"^hca_id:\s*(?P<dev>[\w-]+)")
