@@ -376,3 +376,23 @@ def test_ibdev2netdev_down_is_a_port_down_only_when_it_says_so() -> None:
                "0000:86:00.0 mlx5_1 (MT4123 - MCX653105A-HDAT) CX653105A fw 20.28.1002 port 1 "
                "(DOWN) ==> ib1 (Down)\n")
     assert _ports(verbose) == [("network.port_down", "gpu-node-3/mlx5_1/1")]
+
+
+def test_the_cluster_s_own_pods_are_not_training_jobs() -> None:
+    """`kubectl get pods -n gpu-operator` (the namespace read from the pasted command), a
+    NAMESPACE column of kube-system / gpu-operator, or a driver daemonset in `default`: their
+    CrashLoopBackOff is not a training job's worker exit; a training pod's still is."""
+    ctx = Context(producer="test", observed_at=OBSERVED)
+    table = ("NAME                           READY   STATUS             RESTARTS   AGE\n"
+             "{pod:<31}0/1     CrashLoopBackOff   12         67m\n")
+
+    def exits(command: str, pod: str) -> list[tuple[str, str, str]]:
+        got = run(registry()["kubernetes"], f"$ {command}\n" + table.format(pod=pod), ctx)
+        assert not [r for r in got if isinstance(r, DeadLetter)]
+        return [(e.type, e.project, e.job_id or "") for e in got if isinstance(e, Event)]
+
+    assert exits("kubectl get pods -n gpu-operator", "gpu-operator-657c5b798d-xgvgc") == []
+    assert exits("kubectl get pods --namespace=kube-system", "calico-node-cs2dp") == []
+    assert exits("kubectl get pods -n default", "nvidia-driver-daemonset-8r8s6") == []
+    assert exits("kubectl get pods -n research", "llama-train-worker-3") == [
+        ("job.worker_exited", "research", "llama-train")]
