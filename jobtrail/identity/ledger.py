@@ -11,6 +11,10 @@ it wins when the only claim stored is its own. Were deduplication to forget the 
 (past its window), two callbacks that each wrote before reading would see each other's claim,
 or the second the first's: never both only their own, so at most one still wins.
 
+On a replicated cluster the claim is deduplicated through Keeper, so it is still stored once
+whichever replica takes it; a replica that lags may refuse a good sign-in (the person starts
+again), never let a second one through while the first claim is within the window.
+
 Only SHA-256 digests of login states and session ids are stored: the state's nonce and PKCE
 verifier stay in the browser's signed cookie, and a digest read from the store signs no one in.
 """

@@ -62,13 +62,13 @@ class StoreProbe:
                 client.close()
 
     async def check(self) -> str:
-        """"ok", or what is wrong, within about twice the timeout. Callers that ask while a
+        """"ok", or what is wrong, within the timeout and a second. Callers that ask while a
         probe is out share its answer; a probe that has not come back (a resolver that
         hangs) is reported as such instead of being joined by another."""
         running = self._running
         if running is not None and not running.done():
             waited = time.monotonic() - self._since
-            if waited > 2 * self.timeout_s + 1:
+            if waited > self.timeout_s + 1:
                 return f"unavailable: the store's last check has not answered in {waited:.0f} s"
             return await asyncio.shield(running)
         loop = asyncio.get_running_loop()
@@ -76,9 +76,9 @@ class StoreProbe:
         self._running = asyncio.ensure_future(loop.run_in_executor(self._thread, self._ask))
         try:
             return await asyncio.wait_for(asyncio.shield(self._running),
-                                          timeout=2 * self.timeout_s + 1)
+                                          timeout=self.timeout_s + 1)
         except TimeoutError:
-            return f"unavailable: no answer in {2 * self.timeout_s + 1} s"
+            return f"unavailable: no answer in {self.timeout_s + 1} s"
 
     def close(self) -> None:
         self._thread.submit(self._drop)
