@@ -37,3 +37,23 @@ def test_a_drain_keeps_the_reason_slurmctld_gave_before_it(fmt: str | None) -> N
 def test_healthy_or_infrastructure_output_stores_nothing(file: str, fmt: str | None) -> None:
     got = _read(file, fmt)
     assert got.events == [] and got.letters == []
+
+
+@pytest.mark.parametrize("fmt", [None, "auto"])
+def test_a_task_s_signal_is_named_as_srun_names_it(fmt: str | None) -> None:
+    (segv,) = _read("slurm-output/srun_segfault_core_dumped.txt", fmt).events
+    assert (segv.type, segv.node, segv.attributes["rank"], segv.attributes["signal"],
+            segv.attributes["core_dumped"]) == ("job.worker_exited", "cn125", 0, "SIGSEGV", True)
+    (bus,) = _read("slurm-output/srun_bus_error_step_cancelled.txt", fmt).events
+    assert (bus.node, bus.attributes["signal"]) == ("Orion-18-69", "SIGBUS")
+
+
+def test_a_bus_error_is_not_a_segfault() -> None:
+    from schemas.failure_text import classify
+
+    assert classify("srun: error: Orion-18-69: task 289: Bus error") == "bus_error"
+    assert classify("Bus error (core dumped)") == "bus_error"
+    assert classify("Aborted (core dumped)") is None  # a dump names no signal of its own
+    assert classify("Segmentation fault (core dumped)") == "segfault"
+    assert classify("ERROR: Unexpected bus error encountered in worker. This might be caused "
+                    "by insufficient shared memory (shm).") == "dataloader"
