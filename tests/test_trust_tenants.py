@@ -601,3 +601,23 @@ def test_the_reports_count_a_s_own_and_the_cluster_s_only(world: World) -> None:
     _, nightly = _cli(world, "report", "goodput", kit.NIGHTLY, *A)
     assert [line.split(" | ")[:3] for line in nightly.splitlines()
             if line.startswith("| 1 |")] == [["| 1", "8", "completed"]], nightly
+
+
+def test_the_narrowing_replaces_every_form_of_another_project_s_job() -> None:
+    """The forms processors and people write: the key with or without its attempt (a later
+    attempt than the incident holds), the bare id, the project, `project:` and the node only
+    B's job was seen on; A's own names and the incident's entity stay."""
+    from jobtrail.views.incident import HIDDEN, PLACE, PROJECT, Narrowing
+
+    jobs = [{"project": kit.A, "job_id": kit.A_JOB}, {"project": kit.B, "job_id": kit.B_JOB}]
+    evidence = [{"project": kit.B, "entity": "node-003"}, {"project": kit.A, "entity": "node-001"},
+                {"project": "", "entity": "leaf-01"}]
+    view = Narrowing(jobs, [kit.A], evidence=evidence, shown=["leaf-01"])
+    text = (f"{kit.B}/{kit.B_JOB}/2 not restarted; {kit.B}/{kit.B_JOB}. {kit.B_JOB} on "
+            f"node-003 (path leaf-01 → node-003), owner project:{kit.B}, {kit.B}'s team; "
+            f"{kit.A}/{kit.A_JOB}/1 on node-001")
+    assert view.text(text) == (
+        f"{HIDDEN} not restarted; {HIDDEN}. {HIDDEN} on {PLACE} (path leaf-01 → {PLACE}), "
+        f"owner {PROJECT}, {PROJECT}'s team; {kit.A}/{kit.A_JOB}/1 on node-001")
+    assert Narrowing(jobs, None).text(text) == text  # an operator's view
+    assert Narrowing(jobs, [kit.A, kit.B]).text(text) == text
