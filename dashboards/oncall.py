@@ -83,7 +83,7 @@ FROM (
                      id, message
               FROM events FINAL
               WHERE type IN ('node.drained', 'node.not_ready', 'node.ready')
-                AND time <= {VIEW_END}))
+                AND project = '' AND time <= {VIEW_END}))
   GROUP BY node
   HAVING last_type != 'node.ready'
 ) AS d
@@ -95,7 +95,8 @@ LEFT JOIN (SELECT splitByChar('/', if(cause_entity != '', cause_entity, entity))
 ORDER BY since, node
 """
 """A node is out from its first `node.drained` / `node.not_ready` after its last
-`node.ready` (the capacity report's outage), with the open incidents on it."""
+`node.ready` (the capacity report's outage; the cluster's own events: a project's job cannot
+drain a node), with the open incidents on it."""
 
 
 def build() -> Any:

@@ -499,7 +499,8 @@ def test_oncall_board_says_what_the_cli_says(stories: dict[str, Story]) -> None:
     acknowledged, with their age at the end of the range; waiting and failing jobs are the
     latest attempts `jobtrail timeline` shows pending or ended badly; nodes out are the
     capacity report's open outages."""
-    from jobtrail.reports.capacity_load import _outages
+    from jobtrail.reports.capacity_load import load as capacity
+    from schemas.topology import TopologyFile
 
     board = built()["oncall"]
     seen = {"incidents": 0, "waiting": 0, "failed": 0, "nodes": 0}
@@ -531,8 +532,10 @@ def test_oncall_board_says_what_the_cli_says(stories: dict[str, Story]) -> None:
                 seen["failed"] += 1
             else:
                 assert (project, job) not in jobs, (story.name, job)
-        out = {o.node: o.start for o in _outages(story.store, story.start, story.end)
-               if o.end is None}
+        projects = sorted({p for p, _, _ in story.jobs()})
+        cluster, _ = capacity(story.store, TopologyFile.model_validate(story.topology),
+                              projects, story.start, story.end)
+        out = {o.node: o.start for o in cluster.outages if o.end is None}
         nodes = {r["node"]: ts(r["since"]) for r in view.rows("Nodes drained or not ready now")}
         assert nodes == {n: ts(t) for n, t in out.items()}, story.name
         seen["nodes"] += len(nodes)
