@@ -348,6 +348,7 @@ def _register() -> None:
         grafana,
         incidents,
         ingest,
+        mcp,
         postmortem,
         report,
         rules,
@@ -371,6 +372,7 @@ def _register() -> None:
     for command in alerts.COMMANDS:
         main.add_command(command)
     main.add_command(drill.drill)
+    main.add_command(mcp.mcp)
 
 
 _register()
