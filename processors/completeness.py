@@ -183,14 +183,14 @@ def assess(facts: Facts) -> Assessment:
     reporting = [n for n in nodes if n in by_kind.get("node log", {})]
     if nodes and len(reporting) * 2 >= len(nodes) and reporting:
         expected["node log"] = nodes
-        judge("node log", nodes, "the kernel log of", "node")
+        judge("node log", nodes, "the node log of", "node")
     else:
         expected["node log"] = []
         for n in nodes:
             said = by_kind.get("node log", {}).get(n)
             if said is not None:
                 streams.append(Stream("node log", n, "sparse", said,
-                                      f"the kernel log spoke from {len(reporting)} of "
+                                      f"the node log spoke from {len(reporting)} of "
                                       f"{len(nodes)} nodes: it reports faults, not a pulse"))
     for kind, key in facts.named:
         h = by_kind.get(kind, {}).get(key) or Heard(kind, key)

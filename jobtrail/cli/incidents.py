@@ -72,6 +72,7 @@ def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_jso
     click.echo(f"  {f['severity']} {f['status']}  class {f['class']}  entity {f['entity']}  "
                f"owner {f['owner']} ({f['owner_why']})")
     click.echo(f"  cause ({f['confidence']:.2f}): {f['explanation']}")
+    _completeness(_settings(ctx), f)
     click.echo(f"  severity: {f['severity_why']}")
     click.echo(f"  impact: {f['impacted_jobs']} jobs, {f['impacted_gpus']} GPUs, "
                f"{f['lost_gpu_hours']:.2f} GPU-hours and {f['lost_steps']} steps lost; "
@@ -114,6 +115,20 @@ def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_jso
             else ""
         click.echo(f"    #{entry['seq']} {_age(entry['time'])} {entry['kind']} by {who}"
                    f"{happened}{ref}")
+
+
+def _completeness(settings: Any, found: dict[str, Any]) -> None:
+    """What the failed attempts' timelines lack, and the caveat it puts on the cause."""
+    from jobtrail.app import load_topology
+    from jobtrail.store.queries import wiring
+    from jobtrail.views.completeness import of_incident, summary
+
+    store = _store(settings)
+    for shown in of_incident(store, wiring(store, load_topology(settings)), found):
+        click.echo(f"  evidence of {shown['project']}/{shown['job_id']} attempt "
+                   f"{shown['attempt']}: {summary(shown)}")
+        if shown["caveat"]:
+            click.echo(f"  caveat: {shown['caveat']}")
 
 
 def _grouped(evidence: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int, str]]:

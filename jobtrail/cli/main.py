@@ -85,7 +85,14 @@ def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, si
             click.echo(json.dumps(row, default=str))
         return
     use_colour = sys.stdout.isatty() if colour is None else colour
-    click.echo(render(job, rows, store.attempts(project, job), colour=use_colour), nl=False)
+    from jobtrail.app import load_topology
+    from jobtrail.store.queries import wiring
+    from jobtrail.views.completeness import of_attempts
+
+    attempts = store.attempts(project, job)
+    shown = [a for a in attempts if attempt is None or a.attempt == attempt] if rows else []
+    sources = of_attempts(store, wiring(store, load_topology(_settings(ctx))), shown)
+    click.echo(render(job, rows, attempts, colour=use_colour, completeness=sources), nl=False)
 
 
 @main.command()

@@ -107,26 +107,9 @@ def answer(ev: Evidence, args: t.IncidentArgs, who: Principal,
 
 def completeness(ev: Evidence, found: dict[str, Any]) -> list[dict[str, Any]]:
     """The completeness of each attempt the (narrowed) incident holds as failed."""
-    from jobtrail.store.completeness import as_json, attempt_completeness
-    from processors.completeness import caveat
+    from jobtrail.views.completeness import of_incident
 
-    out = []
-    topology = ev.topology()
-    for j in found.get("jobs", []):
-        if j.get("role") != "failed":
-            continue
-        attempt = next((a for a in ev.store.attempts(j["project"], j["job_id"])
-                        if a.attempt == j["attempt"]), None)
-        assessed = attempt_completeness(ev.store, topology, attempt) if attempt else None
-        if assessed is None:
-            continue
-        facts, assessment = assessed
-        shown = as_json(facts, assessment)
-        out.append({"project": j["project"], "job_id": j["job_id"], "attempt": j["attempt"],
-                    "complete": shown["complete"], "expected": shown["expected"],
-                    "reported": shown["reported"], "gaps": shown["gaps"],
-                    "caveat": caveat(assessment)})
-    return out
+    return of_incident(ev.store, ev.topology(), found)
 
 
 def similar(ev: Evidence, args: t.Similar, who: Principal) -> dict[str, Any]:
