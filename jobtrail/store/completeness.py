@@ -10,7 +10,7 @@ are measured on a large store in docs/agents.md.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from processors.attempts import Attempt
@@ -86,12 +86,10 @@ def facts(store: Any, topology: Topology, attempt: Attempt, *,
                         attempt=attempt.attempt)
     end = attempt.ended_at
     if end is None:  # still running: as far as the cluster's newest event
-        newest = store._q(_NEWEST, cluster=attempt.cluster).result_rows
-        end = max([start, *(r[0] for r in newest if isinstance(r[0], datetime))])
-        if end.tzinfo is None:
-            from datetime import UTC
-
-            end = end.replace(tzinfo=UTC)
+        newest = [r[0] if r[0].tzinfo else r[0].replace(tzinfo=UTC)
+                  for r in store._q(_NEWEST, cluster=attempt.cluster).result_rows
+                  if isinstance(r[0], datetime)]
+        end = max([start, *newest])
     heard: dict[tuple[str, str], Heard] = {}
     for row in rows:
         key = _stream(row, topology)
