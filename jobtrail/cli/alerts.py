@@ -98,7 +98,8 @@ def subscribe(ctx: click.Context, name: str, owner: str, matchers: tuple[str, ..
     from pydantic import ValidationError
 
     from jobtrail.alerts.secrets import hint, new_signing_secret
-    from processors.notify.model import Matcher, Subscription, subscription_id
+    from jobtrail.cli.commands import operator
+    from processors.notify.model import Creator, Matcher, Subscription, subscription_id
 
     sub_id = subscription_id(owner, name)
     secrets = _secrets(ctx)
@@ -140,6 +141,7 @@ def subscribe(ctx: click.Context, name: str, owner: str, matchers: tuple[str, ..
             "mode": "digest" if cron else "immediate", "digest_cron": cron, "timezone": zone,
             "rate_limit": {"count": int(count), "per_s": int(per or 3600)},
             "wait_s": wait_s, "repeat_s": repeat_s, "flap_hold_s": flap_hold_s,
+            "creator": Creator.of(operator(_settings(ctx))).model_dump(),
         }
         if on:
             spec["on"] = [t.strip() for t in on.split(",") if t.strip()]

@@ -144,9 +144,11 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
     }
 
 
-def incident_dashboard(grafana: str, inc: Incident) -> str:
-    """The incident's page in Grafana (the jobtrail-incident dashboard)."""
-    return f"{grafana}/d/jobtrail-incident?var-incident={quote(inc.id)}"
+def incident_dashboard(grafana: str, inc: Incident | str) -> str:
+    """The incident's page in Grafana (the jobtrail-incident dashboard); every link to it is
+    built here."""
+    incident_id = inc if isinstance(inc, str) else inc.id
+    return f"{grafana}/d/jobtrail-incident?var-incident={quote(incident_id)}"
 
 
 def job_timeline(grafana: str, inc: Incident, job: Any, until: datetime | None) -> str:
