@@ -85,7 +85,9 @@ def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, si
             click.echo(json.dumps(row, default=str))
         return
     use_colour = sys.stdout.isatty() if colour is None else colour
-    click.echo(render(job, rows, store.attempts(project, job), colour=use_colour), nl=False)
+    click.echo(render(job, rows, store.attempts(project, job), colour=use_colour,
+                      incidents=store.incidents_of_events(
+                          project, [r["event_id"] for r in rows])), nl=False)
 
 
 @main.command()
@@ -248,16 +250,22 @@ def attempt(ctx: click.Context, job: str, attempt: int, project: str) -> None:
 @click.option("--project", "projects", multiple=True, required=True)
 @click.option("--since", default=None)
 @click.option("--until", default=None)
+@click.option("--json", "as_json", is_flag=True, help="Rows as JSON lines")
 @click.pass_context
 def entity(ctx: click.Context, name: str, projects: tuple[str, ...], since: str | None,
-           until: str | None) -> None:
-    """What happened on an entity: node, GPU, NIC, switch, port or filesystem (JSON lines)."""
-    from jobtrail.app import open_store
+           until: str | None, as_json: bool = False) -> None:
+    """What happened on an entity: node, GPU, NIC, switch, port or filesystem (a table;
+    --json for JSON lines)."""
+    from jobtrail.cli.beside import Reader
+    from jobtrail.views.show import entity_table
 
-    rows = open_store(_settings(ctx)).entity_timeline(
-        projects, name, since=_parse_when(since), until=_parse_when(until))
-    for row in rows:
-        click.echo(json.dumps(row, default=str))
+    rows = Reader(_settings(ctx)).entity_timeline(
+        list(projects), name, since=_parse_when(since), until=_parse_when(until))
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, default=str))
+        return
+    click.echo(entity_table(name, rows), nl=False)
 
 
 @main.command()

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from jobtrail.config import Settings
-from jobtrail.http import alerts, health, incidents, ingest, links, login, postmortem, reads
+from jobtrail.http import alerts, beside, health, incidents, ingest, links, login, postmortem, reads
 from jobtrail.http.backend import RuntimeBackend
 from jobtrail.http.common import ADAPTERS, BACKEND, SETTINGS, fail
 from jobtrail.http.guard import SESSIONS, guard
@@ -70,6 +70,7 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
         await app[BACKEND].stop()
 
     app.cleanup_ctx.append(lifecycle)
+    app.cleanup_ctx.append(beside.announce)  # the CLI on this host commands through it
     app.cleanup_ctx.append(alerts.alerts_loop)
     routes = [
         ("POST", "/v1/events", ingest.ingest_events),

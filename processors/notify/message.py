@@ -151,9 +151,11 @@ def incident_dashboard(grafana: str, inc: Incident | str) -> str:
     return f"{grafana}/d/jobtrail-incident?var-incident={quote(incident_id)}"
 
 
-def job_timeline(grafana: str, inc: Incident, job: Any, until: datetime | None) -> str:
+def job_timeline(grafana: str, inc: Incident | Any, job: Any, until: datetime | None) -> str:
     """The job dashboard at `job`'s attempt and the incident's time range (up to `until`,
-    or the job's failure); '' without a job. Messages and the postmortem page link it."""
+    or the job's failure); '' without a job. Messages, the postmortem page and `incident
+    show` link it (`inc` needs only `first_signal_at`; `job` project, job_id, attempt,
+    failed_at, last_checkpoint_at)."""
     if job is None:
         return ""
     end = until or job.failed_at
