@@ -63,8 +63,8 @@ def _opened_link(tmp_path: Path) -> tuple[Path, str, str]:
     events.write_text(sample.jsonl())
     cli(home, "ingest", str(events), env=ENV)
     with receiver() as box:
-        cli(home, "subscribe", "fabric", "--owner", "team:network", "--match", "team=network",
-            "--channel", "webhook", "--url", f"{box.url}/hook", env=ENV)
+        cli(home, "subscribe", "fabric", "--history", "--owner", "team:network", "--match",
+            "team=network", "--channel", "webhook", "--url", f"{box.url}/hook", env=ENV)
         cli(home, "notify", "--once", env=ENV)
         sent = [r.json for r in box.unique("/hook").values()]
     opened = next(m for m in sent if m["transition"] == "opened")

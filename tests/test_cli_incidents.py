@@ -147,7 +147,7 @@ def test_the_commands_a_message_prints_work_beside_serve(tmp_path: Path) -> None
             "X-Jobtrail-Home-Key": "0" * 64, "X-Jobtrail-Operator": "mallory",
             "X-Jobtrail-Operator-Credential": "cli:os-user"})
         try:
-            urllib.request.urlopen(request, timeout=30)  # noqa: S310 (loopback)
+            urllib.request.urlopen(request, timeout=30)
             raise AssertionError("a wrong key was accepted")
         except urllib.error.HTTPError as exc:
             assert exc.code == 401

@@ -160,9 +160,22 @@ def correct_time(ctx: click.Context, incident_id: str, event_id: str, at: dateti
 
 
 for _name, _cmd, _doc in [("ack", "ack", "Acknowledge: someone is on it."),
-                          ("resolve", "resolve", "Resolve (the cause is fixed)."),
                           ("reopen", "reopen", "Reopen a resolved incident.")]:
     _simple(_name, _cmd, _doc)
+
+
+@incident.command("resolve")
+@click.argument("incident_id")
+@click.option("--note", "text", default="", help="How it was resolved (the Resolution "
+                                                 "section and the resolved message say it)")
+@_BY
+@_ID
+@_AT
+@click.pass_context
+def resolve(ctx: click.Context, incident_id: str, text: str, by: str | None,
+            command_id: str | None, at: datetime | None) -> None:
+    """Resolve (the cause is fixed), saying how."""
+    _command(ctx, incident_id, "resolve", by, {"text": text} if text else {}, command_id, at)
 
 
 @incident.command("close")

@@ -111,7 +111,7 @@ def _build(body: dict[str, Any], who: Any, secrets: Any, settings: Any) -> tuple
     matchers = [Matcher.parse(str(m)) for m in body.get("matchers") or []]
     spec = {k: body[k] for k in ("on", "mode", "digest_cron", "timezone", "quiet",
                                  "rate_limit", "wait_s", "repeat_s", "max_repeats",
-                                 "flap_hold_s") if k in body}
+                                 "flap_hold_s", "history") if k in body}
     probe = {"kind": kind, "target": "secret:probe" if kind != "email" else target}
     Subscription.model_validate({  # everything else is valid before a secret is written
         **spec, "id": sub_id, "name": name, "owner": owner, "projects": wanted,
