@@ -144,8 +144,8 @@ def document(inc: Incident, today: date | None = None) -> dict[str, Any]:
                        "reviewers": list(pm.reviewers), "approved_by": pm.approved_by,
                        "published_at": pm.published_at, "digest": pm.digest,
                        "waived": pm.waived, "stale": pm.stale,
-                       "reviews": [{"kind": k, "by": b, "comment": c}
-                                   for k, b, c in pm.reviews],
+                       "reviews": [{"kind": k, "by": b, "comment": c, "at": t}
+                                   for k, b, c, t in pm.reviews],
                        "revision": len(pm.revisions) + 1 if pm.published_at else 0,
                        "revisions": [{"revision": r, "by": b, "at": t, "section": s,
                                       "why": w} for r, b, t, s, w in pm.revisions]},
