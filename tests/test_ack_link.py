@@ -185,6 +185,12 @@ def test_the_ack_page_in_a_real_browser(tmp_path: Path) -> None:
             page.goto(chat.as_uri())
             with page.expect_navigation(url="**/auth/login?next=**", timeout=30_000):
                 page.click("#ack")
+            # a page, not a bare token box: what it is, where they go next, styled
+            assert page.locator("h1").inner_text() == "Sign in to jobtrail"
+            assert page.locator("#going").inner_text() == (
+                f"Then you acknowledge incident {inc}, as yourself.")
+            assert page.locator("main").evaluate(
+                "m => getComputedStyle(m).backgroundColor") == "rgb(255, 255, 255)"
             page.screenshot(path=str(shots / "sign-in.png"), full_page=True)
             page.fill("input[name=token]", "tok-ana")
             with page.expect_navigation(timeout=30_000):

@@ -87,7 +87,7 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
           for verb in postmortem.VERBS],
         ("GET", "/v1/followups", postmortem.followups),
         ("GET", "/incidents/{incident_id}/postmortem", postmortem.page),
-        ("GET", r"/ui/{name:postmortem\.js}", postmortem.static),
+        ("GET", r"/ui/{name:postmortem\.js|jobtrail\.css}", postmortem.static),
         *login.ROUTES,
         *alerts.ROUTES,
         *links.ROUTES,
