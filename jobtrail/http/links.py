@@ -84,12 +84,15 @@ async def acknowledge(request: web.Request) -> web.StreamResponse:
         fail(web.HTTPForbidden, "the subscription behind this link is gone")
     sub = found[0]
     full = await backend.call(backend.store.incident, incident_id, None)
-    if full is None:
+    # what the page shows is the incident as the person may see it (their projects' jobs,
+    # impact and evidence only), like every read; the whole one only decides
+    shown = await backend.call(backend.store.incident, incident_id, who.scope)
+    if full is None or shown is None:
         fail(web.HTTPNotFound, "no such incident")
     touched = set(full["projects"])
     person = Creator.of(who)
     creator, gone = creator_now(settings, sub)
-    done = acknowledged(full)
+    done = acknowledged(shown)
     if done is not None:
         state = AckState("done", by=done[0], at=done[1])
     elif time.time() > expires:
@@ -108,7 +111,7 @@ async def acknowledge(request: web.Request) -> web.StreamResponse:
     status = {"refused": 403, "expired": 410, "queued": 202}.get(state.kind, 200)
     if _wants_json(request):
         return reply(_json(incident_id, state, person), status=status)
-    return _page(request, full, state, who, status)
+    return _page(request, shown, state, who, status)
 
 
 def _signin_hop(request: web.Request) -> web.StreamResponse:
