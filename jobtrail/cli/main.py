@@ -13,10 +13,19 @@ import click
 
 from jobtrail.cli.common import _parse_when, _settings, _store
 from jobtrail.config import Settings
+from jobtrail.variables import SettingError
+
+
+class SettingsRefused(click.ClickException):
+    """A setting refused (`jobtrail.variables.SettingError`): one line naming the variable,
+    exit status 2 (a usage error, as click's own)."""
+
+    exit_code = 2
 
 
 class _Group(click.Group):
-    """Turns the errors a user can act on (a home held by another process) into one line."""
+    """Turns the errors a user can act on (a setting refused, a home held by another
+    process) into one line."""
 
     def invoke(self, ctx: click.Context) -> Any:
         from aiokafka.errors import KafkaConnectionError
@@ -25,6 +34,8 @@ class _Group(click.Group):
 
         try:
             return super().invoke(ctx)
+        except SettingError as exc:
+            raise SettingsRefused(str(exc)) from None
         except HomeInUse as exc:
             raise click.ClickException(str(exc)) from None
         except KafkaConnectionError as exc:

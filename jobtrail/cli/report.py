@@ -43,16 +43,15 @@ def capacity(ctx: click.Context, projects: tuple[str, ...], since: str | None,
     """Waiting GPU-hours per queue, project and cause, and the biggest constraint."""
     from jobtrail.reports import capacity as cap
     from jobtrail.reports.capacity_load import load
-    from schemas import topology as topology_file
 
     settings = _settings(ctx)
-    if settings.topology_file is None:
+    spec = settings.topology_spec()
+    if spec is None:
         raise click.ClickException("the capacity report needs JOBTRAIL_TOPOLOGY (node GPUs "
                                    "and leaves)")
     hi = _parse_when(until) or datetime.now(UTC)
     lo = _parse_when(since) or hi - timedelta(days=7)
-    cluster, waits = load(_store(settings), topology_file.load(settings.topology_file),
-                          list(projects), lo, hi)
+    cluster, waits = load(_store(settings), spec, list(projects), lo, hi)
     title = f"Capacity {lo:%Y-%m-%d %H:%M} to {hi:%Y-%m-%d %H:%M} UTC"
     _write(cap.markdown(cap.attribute(cluster, waits), title=title), out)
 

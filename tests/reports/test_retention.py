@@ -132,8 +132,8 @@ def test_cluster_ttls_parse_and_target_the_local_tables(store: Store) -> None:
     assert retention.retention_statements(RetentionPolicy(), database="jobtrail",
                                           cluster="prod") == [
         "ALTER TABLE jobtrail.notifications_local ON CLUSTER prod MODIFY TTL "
-        "toDateTime(decided_at) + INTERVAL 90 DAY",
+        f"{retention.expiry('decided_at', 90)}",
         "ALTER TABLE jobtrail.deliveries_local ON CLUSTER prod MODIFY TTL "
-        "toDateTime(at) + INTERVAL 90 DAY"]
+        f"{retention.expiry('at', 90)}"]
     with pytest.raises(ValueError):
         retention.retention_statements(POLICY, database="x; DROP", cluster="")
