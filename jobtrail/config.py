@@ -153,8 +153,9 @@ class Settings:
         would serve reads and writes of every project to anyone who reaches the address."""
         if self.authenticated or self.allow_unauthenticated or loopback(self.http_host):
             return
-        raise SettingError("JOBTRAIL_HTTP_HOST", f"{self.http_host!r} is not a loopback "
-                           "address and no credential is configured (JOBTRAIL_API_TOKENS, "
+        raise SettingError("JOBTRAIL_HTTP_HOST", f"{self.http_host!r} (or serve --host) is "
+                           "not a loopback address and no credential is configured "
+                           "(JOBTRAIL_API_TOKENS, "
                            "JOBTRAIL_OIDC_ISSUER or JOBTRAIL_AUTH_PROXY_HEADER): anyone who "
                            "reaches it could read and write every project. Configure one, "
                            "listen on 127.0.0.1, or set JOBTRAIL_ALLOW_UNAUTHENTICATED=1 to "
@@ -187,6 +188,13 @@ class Settings:
         loaded = _file("JOBTRAIL_RULES", self.rules_file, lambda p: load_rules(Path(p)))
         assert loaded is not None
         return loaded
+
+    def check_files(self) -> None:
+        """Read and validate every file a setting names (mapping files, rules, topology),
+        so a long-running process refuses a bad one at start, naming the variable."""
+        self.adapter_config()
+        self.rules()
+        self.topology_spec()
 
     @property
     def cluster_mode(self) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from jobtrail.cli.common import _parse_when, _settings, _store
+from jobtrail.cli.common import Finite, _parse_when, _settings, _store
 
 
 @click.group("report")
@@ -77,7 +77,7 @@ def goodput(ctx: click.Context, job: str, project: str, out: Path | None) -> Non
               help="A project whose attempts are compared (repeatable).")
 @click.option("--since", default=None, help="ISO time; default: 7 days before --until")
 @click.option("--until", default=None, help="ISO time; default: now")
-@click.option("--window-days", type=float, default=7.0,
+@click.option("--window-days", type=Finite(0, 365, min_open=True), default=7.0,
               help="How long before and after each change to compare.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @click.pass_context

@@ -297,6 +297,6 @@ def _default_text(value: Any) -> str:
         return "none"
     if value is True or value is False:
         return "on" if value else "off"
-    if isinstance(value, float) and value == int(value):
-        return str(int(value))
+    if isinstance(value, int | float):
+        return str(int(value)) if value == int(value) else str(value)
     return f"`{value}`"

@@ -50,10 +50,13 @@ class Number:
     @property
     def shape(self) -> str:
         what = "a whole number" if self.integer else "a number"
-        low = f"more than {_num(self.low)}" if self.low_open else f"from {_num(self.low)}"
         unit = f" {self.unit}" if self.unit else ""
-        never = ", or never (or a negative number)" if self.never else ""
-        return f"{what} {low} to {_num(self.high)}{unit}{never}"
+        high = f"{_num(self.high)}{unit}" + (f" ({self.high / 86400:g} days)"
+                                             if self.unit == "s" and self.high >= 86400 else "")
+        span = f"above {_num(self.low)}, at most {high}" if self.low_open else \
+            f"from {_num(self.low)} to {high}"
+        never = ", or `never` (a negative number too)" if self.never else ""
+        return f"{what} {span}{never}"
 
     def parse(self, raw: str) -> float | int | None:
         text = raw.strip()
@@ -155,7 +158,7 @@ class Url:
 
     @property
     def shape(self) -> str:
-        return " or ".join(f"{s}://" for s in self.schemes) + " URL with a host"
+        return "an " + ", ".join(f"{s}://" for s in self.schemes) + " URL"
 
     def parse(self, raw: str) -> str:
         text = raw.strip()
