@@ -290,3 +290,41 @@ def test_serve_refuses_all_interfaces_without_a_credential(tmp_path: Path) -> No
         assert not (tmp_path / "home").exists()  # refused before the store was opened
     bad_host = _jobtrail(tmp_path / "home", "serve", "--host", "x;y", env={})
     assert bad_host.returncode == 2 and "Invalid value for '--host'" in bad_host.stderr
+
+
+# --- numbers given to the CLI -------------------------------------------------------------
+
+NUMERIC_OPTIONS = [  # (command line before the value, the option named in the refusal)
+    (["report", "changes", "--project", "p", "--window-days"], "--window-days"),
+    (["timeline", "j", "--project", "p", "--attempt"], "--attempt"),
+    (["dead-letters", "--limit"], "--limit"),
+    (["serve", "--port"], "--port"),
+    (["sample-events", "--synthetic"], "--synthetic"),
+    (["ingest", "-", "--year"], "--year"),
+    (["notify", "--interval"], "--interval"),
+    (["notify", "--passes"], "--passes"),
+    (["collect", "slurm", "--interval"], "--interval"),
+    (["drill", "run", "--kind", "node-down", "--timeout"], "--timeout"),
+    (["drill", "run", "--kind", "node-down", "--steps"], "--steps"),
+]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e12", "-1", "99999999999999"])
+@pytest.mark.parametrize(("args", "option"), NUMERIC_OPTIONS, ids=lambda a: str(a))
+def test_a_numeric_option_is_finite_and_in_range_before_anything_runs(
+        args: list[str], option: str, value: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["--home", str(tmp_path), *args, value])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert f"Invalid value for '{option}'" in result.output
+    assert not (tmp_path / "chdb").exists()  # refused before the store was opened
+
+
+def test_the_changes_report_refuses_a_window_before_any_query() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from jobtrail.reports import changes
+
+    lo, hi = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC)
+    for window in (timedelta(0), timedelta(days=-1), timedelta(days=366)):
+        with pytest.raises(ValueError, match=r"^window: more than 0 and at most 365 days"):
+            changes.load(None, ["p"], lo, hi, window=window)  # no store: no query was built

@@ -95,16 +95,17 @@ def changes(ctx: click.Context, projects: tuple[str, ...], since: str | None,
 
 @report.command("retention")
 @click.option("--materialize", is_flag=True,
-              help="Recompute the TTL of parts already written (a mutation; run once after "
-                   "shortening a policy).")
+              help="Recompute every part's TTL dates on the tables that have a TTL (a "
+                   "mutation; a change of policy does it by itself at start).")
 @click.pass_context
 def retention(ctx: click.Context, materialize: bool) -> None:
     """The retention policy in force (JOBTRAIL_RETENTION_*_DAYS), applied to the tables."""
     from jobtrail.reports import retention as policy
 
     settings = _settings(ctx)
-    statements = policy.apply(_store(settings), settings.retention, materialize=materialize)
+    store = _store(settings)  # opening it applies the policy: a change is altered there
+    policy.apply(store, settings.retention, materialize=materialize)
     for name, days in settings.retention.as_dict().items():
         click.echo(f"{name}: {'kept forever' if not days else f'{days} days'}")
-    click.echo(f"{len(statements)} TTL statements applied"
-               + (", parts rewritten" if materialize else ""))
+    click.echo("the tables hold these TTLs"
+               + ("; every part's TTL dates recomputed" if materialize else ""))
