@@ -267,8 +267,8 @@ def _objects(value: Any) -> list[dict[str, Any]]:
 
 
 def test_slack_s_own_sdk_agrees(tmp_path: Path) -> None:
-    """Slack's Python SDK (in requirements-dev.lock): its Block Kit models parse every block and find
-    nothing to complain about (its validators state the same limits)."""
+    """Slack's Python SDK (requirements-dev.lock): its Block Kit models parse every block and
+    find nothing to complain about (its validators state the same limits)."""
     from slack_sdk.models import blocks as blocks_module
 
     for msg in [*_messages().values(), _hostile(_messages()["severity"])]:
