@@ -113,7 +113,7 @@ def subscribe(ctx: click.Context, name: str, owner: str, matchers: tuple[str, ..
     from pydantic import ValidationError
 
     from jobtrail.alerts.secrets import hint, new_signing_secret
-    from jobtrail.cli.commands import operator
+    from jobtrail.cli.common import operator
     from processors.notify.model import Creator, Matcher, Subscription, subscription_id
 
     sub_id = subscription_id(owner, name)

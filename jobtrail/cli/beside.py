@@ -89,8 +89,7 @@ class Reader:
     that server's API as the CLI's operator (the same records, times as ISO text)."""
 
     def __init__(self, settings: Any) -> None:
-        from jobtrail.cli.commands import operator
-        from jobtrail.cli.common import _store
+        from jobtrail.cli.common import _store, operator
         from jobtrail.runtime.home import HomeInUse
 
         self.store: Any = None

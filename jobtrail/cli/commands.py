@@ -5,25 +5,13 @@ home, that server's, over its API (`jobtrail.cli.beside`)."""
 
 from __future__ import annotations
 
-import getpass
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
-from jobtrail.cli.common import _settings
-
-
-def operator(settings: Any) -> Any:
-    """Who runs the CLI: `JOBTRAIL_IDENTITY` when configured, else the OS user."""
-    from jobtrail.identity import cli_principal
-
-    try:
-        os_user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry for the uid (a container)
-        os_user = ""
-    return cli_principal(settings.identity, os_user)
+from jobtrail.cli.common import _settings, operator
 
 
 def _command(ctx: click.Context, incident_id: str, command: str, by: str | None,

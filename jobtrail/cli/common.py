@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import math
 from datetime import datetime
 from typing import Any
@@ -56,3 +57,14 @@ def count(low: int = 0, high: int = 10**9) -> click.IntRange:
 def seconds(low: float = 0.0, high: float = 86400.0, *, low_open: bool = True) -> Finite:
     """A duration option in seconds: finite, above `low` (or at it, `low_open=False`)."""
     return Finite(low, high, min_open=low_open)
+
+
+def operator(settings: Any) -> Any:
+    """Who runs the CLI: `JOBTRAIL_IDENTITY` when configured, else the OS user."""
+    from jobtrail.identity import cli_principal
+
+    try:
+        os_user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for the uid (a container)
+        os_user = ""
+    return cli_principal(settings.identity, os_user)

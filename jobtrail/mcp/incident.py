@@ -11,7 +11,7 @@ carries their event ids.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jobtrail.identity import Principal
 from jobtrail.mcp import tools as t
@@ -19,7 +19,21 @@ from jobtrail.mcp.paging import cites, page
 from jobtrail.mcp.refusal import Refusal
 
 if TYPE_CHECKING:
-    from jobtrail.mcp.evidence import Evidence
+    from collections.abc import Callable
+
+    from jobtrail.mcp.paging import Links
+    from processors.topology import Topology
+
+
+class Evidence(Protocol):
+    """What these tools read of `jobtrail.mcp.evidence.Evidence` (named here, not imported:
+    that module dispatches to this one)."""
+
+    store: Any
+    links: Links
+    topology: Callable[[], Topology]
+
+    def scope(self, who: Principal, asked: list[str]) -> list[str] | None: ...
 
 DIAGNOSIS = ("opened", "cause_updated", "diagnosis_revised", "owner_assigned",
              "severity_changed", "recovery_observed", "recovery_verified", "job_impacted",

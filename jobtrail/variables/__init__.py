@@ -247,6 +247,8 @@ VARIABLES: tuple[Variable, ...] = (
           ("DELIVERIES", 90, "notifications and delivery attempts"))),
     # --- read by tools when they run ---------------------------------------------------------
     _v("TOKEN", SECRET, "", "the API token `jobtrail collect --to URL` sends", "when used"),
+    _v("MCP_TOKEN", SECRET, "", "the API token `jobtrail mcp` serves its stdio agent as (the "
+       "default of `--token`); over HTTP each request's bearer token is used", "when used"),
     _v("GRANT_PASSWORD", SECRET, "", "the password `jobtrail access grant` gives the "
        "Grafana user (the default of `--password-env`)", "when used"),
     _v("KAFKA_CACHE", PATH, "", "where `jobtrail dev kafka` keeps the Maven-resolved jars; "
