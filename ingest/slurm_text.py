@@ -34,6 +34,7 @@ from typing import Any
 from ingest import scontrol_node
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError
+from ingest.hostlist import HostlistError
 from ingest.redact import clip
 from ingest.slurm import expand_hostlist, job_records
 from ingest.timestamps import read
@@ -155,8 +156,16 @@ _PREEMPTED = re.compile(r"preempted " + _JOB + r" has been requeued")
 _SIGNALS = {9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT", 11: "SIGSEGV", 7: "SIGBUS", 2: "SIGINT"}
 
 
-def _job_line(body: str) -> tuple[str, str, dict[str, Any], str] | None:
-    """(type, job id, attributes, severity) of a slurmctld job line, or None."""
+def _job_line(body: str) -> tuple[str, str, dict[str, Any], str] | Reject | None:
+    """(type, job id, attributes, severity) of a slurmctld job line, a Reject (a hostlist
+    past its limits), or None."""
+    try:
+        return _job_fields(body)
+    except HostlistError as exc:
+        return Reject(exc.field, exc.reason, raw_evidence(body))
+
+
+def _job_fields(body: str) -> tuple[str, str, dict[str, Any], str] | None:
     if m := _SUBMIT.search(body):
         prio = m.group("prio")
         return "job.submitted", m.group("job"), {"priority": int(prio) if prio else None}, \
@@ -238,7 +247,12 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         if reason_match := _REASON.search(body):
             reasons[reason_match.group("node")] = reason_match.group("reason").strip()
         elif match := _NOT_RESPONDING.search(body):
-            for node in expand_hostlist(match.group("nodes")):
+            try:
+                nodes = expand_hostlist(match.group("nodes"))
+            except HostlistError as exc:
+                out.append(Reject(exc.field, exc.reason, raw_evidence(line), ref))
+                continue
+            for node in nodes:
                 node_state("node.not_ready", node, "not responding", "error")
         elif match := _STATE.search(body):
             node, state = match.group("node"), match.group("state")
@@ -285,6 +299,9 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 draft["attempt"] = ctx.attempt
             out.append(draft)
         elif found := _job_line(body):
+            if isinstance(found, Reject):
+                out.append(Reject(found.field, found.reason, found.payload, ref))
+                continue
             type_, job, attributes, severity = found
             if type_ in ("job.failed", "job.completed") and job in ended:
                 continue  # the exit of an attempt already ended (requeued on node failure)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from ingest.slurm import expand_hostlist
+from ingest import hostlist
 from jobtrail.topology_import.model import Partial
 
 _PAIR = re.compile(r"(?P<k>\w+)=(?P<v>\S+)")
@@ -24,6 +24,11 @@ class SlurmTopologyError(ValueError):
 
 
 def parse(text: str) -> Partial:
+    with hostlist.budget():  # the whole file's hostlists share one limit
+        return _parse(text)
+
+
+def _parse(text: str) -> Partial:
     out = Partial("slurm")
     under: dict[str, list[tuple[str, int]]] = {}  # node -> (leaf, line) in file order
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -38,9 +43,14 @@ def parse(text: str) -> Partial:
                                          "have no switches; only topology/tree is read")
             continue  # BlockSizes=..., parameters of other plugins
         out.wiring.setdefault(name, set())
-        for child in expand_hostlist(pairs.get("switches", "")):
+        try:
+            switches = hostlist.expand(pairs.get("switches", ""), field="Switches")
+            nodes = hostlist.expand(pairs.get("nodes", ""), field="Nodes")
+        except hostlist.HostlistError as exc:
+            raise SlurmTopologyError(f"line {number}: {exc.field}: {exc.reason}") from None
+        for child in switches:
             out.cable(name, child)
-        for node in expand_hostlist(pairs.get("nodes", "")):
+        for node in nodes:
             if all(leaf != name for leaf, _ in under.get(node, [])):
                 under.setdefault(node, []).append((name, number))
     for node, leaves in under.items():
