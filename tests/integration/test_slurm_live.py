@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from jobtrail.drill.run import TrainingLogShipper
+from jobtrail.drill.shipper import TrainingLogShipper
 from jobtrail.drill.workload import prepare
 from jobtrail.store import Store
 from tests.integration.slurm_kit import (
