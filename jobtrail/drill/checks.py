@@ -177,7 +177,9 @@ def judge(facts: Facts) -> Verdict:
 
     # restore and progress, from the rerun's own steps
     rerun = rerun_attempt(facts)
-    saved = [r for r in a1 if r["type"] == "checkpoint.saved" and epoch(r["time"]) <= facts.t0]
+    # the faulted attempt's last finished save, even one logged a moment after the injection
+    # (a node set down or a link cut does not stop the process that instant): it is on disk
+    saved = [r for r in a1 if r["type"] == "checkpoint.saved"]
     last = _step(saved[-1]) if saved else None
     mine = [r for r in rows if r["attempt"] == rerun] if rerun is not None else []
     started = [r for r in mine if r["type"] == "job.started"]
@@ -189,10 +191,10 @@ def judge(facts: Facts) -> Verdict:
         and (claimed is None or claimed == last)
     where = f"job {facts.recovery_job} attempt {rerun}" if rerun is not None else "no rerun"
     if first_step is None:
-        detail = f"{where} logged no step (last checkpoint before the fault: step {last})"
+        detail = f"{where} logged no step (the faulted attempt's last checkpoint: step {last})"
     else:
         detail = (f"{where}'s first step is {first_step}: it resumed from step "
-                  f"{first_step - 1}; the last checkpoint saved before the fault is step "
+                  f"{first_step - 1}; the faulted attempt's last checkpoint is step "
                   f"{last}" + (f"; its restore line names step {claimed}"
                                if claimed is not None else "; it logged no restore line"))
         if first_step == 1 and last:

@@ -149,6 +149,15 @@ def test_the_started_over_rerun_says_so() -> None:
     assert v.restored_step == 0
 
 
+def test_a_save_finished_just_after_the_injection_is_the_last_checkpoint() -> None:
+    """The fault does not stop the process that instant: step 10's save logged 0.3 s after
+    the injection is on disk, the rerun resumes at 11, and that is the last checkpoint."""
+    rows = copy.deepcopy(_run())
+    v = _verdict(_facts(rows, t0=_at(10).timestamp()))  # injected just before step 10's save
+    assert v["last checkpoint restored"].passed, v["last checkpoint restored"]
+    assert [e["step"] for e in v["last checkpoint restored"].evidence] == [10, 10, 11]
+
+
 def _unrequeued(job: str = "7") -> list[dict[str, Any]]:
     rows = [r for r in _run(job) if r["attempt"] == 1 and r["type"] != "job.requeued"]
     rows.append(_row("job.failed", 13.2, 1, job, reason="NODE_FAIL"))
