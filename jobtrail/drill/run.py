@@ -126,13 +126,15 @@ class Drill:
                   f"--output={self.run_dir}/slurm-%j.out", str(launcher), *args)
         return out.strip().split(";")[0]
 
-    def _incident(self, since: float, attempt: int) -> dict[str, Any] | None:
-        """The incident that holds the attempt the fault was injected into (an incident
-        opened only for a later attempt is not this failure detected)."""
-        for row in self.store.incidents(None, since=datetime.fromtimestamp(since - 120, UTC)):
+    def _incident(self, attempt: int) -> dict[str, Any] | None:
+        """The incident that holds the attempt the fault was injected into as failed (an
+        incident opened only for a later attempt is not this failure detected, a standing
+        one that only links it is not its incident). Whenever it was opened: the fault can
+        join an incident already open on its node."""
+        for row in self.store.incidents([self.project]):
             found = self.store.incident(row["incident_id"], None)
             if found and any(j["job_id"] == self.job and j["attempt"] == attempt
-                             for j in found["jobs"]):
+                             and j.get("role", "failed") == "failed" for j in found["jobs"]):
                 return found
         return None
 
@@ -171,7 +173,7 @@ class Drill:
         if self.o.sabotage == "restart-from-scratch":
             self._start_over(report)
         symptom = self._wait(lambda: self._symptom(t0), 60)
-        incident = self._wait(lambda: self._incident(t0, faulted), 60)
+        incident = self._wait(lambda: self._incident(faulted), 60)
         seen = time.time()
         if incident is not None:  # when jobtrail wrote it, not when this loop looked
             held = self.store.impact_recorded_at(incident["incident_id"], self.project,

@@ -144,3 +144,33 @@ def test_a_job_that_cannot_be_requeued_walks_the_resubmit_path(slurm: Path, stor
     assert report.restart_s is not None and report.recovery_s is not None
     state = sh("sinfo", "-h", "-n", report.node, "-o", "%t").strip()
     assert state and "down" not in state and "drain" not in state  # the node was resumed
+
+
+def test_a_fault_that_joins_an_incident_already_open_on_its_node_is_detected(
+        slurm: Path, store: Store, tmp_path: Path) -> None:
+    """n1 went down 10 minutes ago (its incident is still open, within the group window):
+    the drill's node-down on n1 joins that incident, and the drill finds it holding the
+    faulted attempt whenever it was opened (a figures run missed it: the drill looked only
+    at incidents opened in the 2 minutes before its own fault)."""
+    from datetime import UTC, datetime
+
+    from ingest.canonical import to_event
+
+    earlier = datetime.now(UTC) - timedelta(minutes=10)
+    seed = Sink(store, Pipeline(timedelta(seconds=30), Topology()))
+    seed.restore()
+    runner = EmbeddedRunner(seed, EmbeddedLog(tmp_path / "seed"), batch_size=10)
+    runner.submit([to_event(
+        {"id": "earlier-n1-down", "type": "node.not_ready", "time": earlier.isoformat(),
+         "cluster": "dev", "scope": "node", "entity": "n1", "node": "n1",
+         "severity": "error", "message": "n1 not responding",
+         "attributes": {"reason": "Not responding"}},
+        producer="test", observed_at=earlier)])
+    runner.drain()
+    [opened] = [i for i in store.incidents(None, infrastructure=True)]
+    assert sh("sinfo", "-h", "-n", "n1", "-o", "%t").strip() == "idle"  # the drill's job
+    report = drill("node-down", slurm, store, tmp_path / "drill")  # lands on n1 first
+    if report.node != "n1":
+        pytest.skip(f"Slurm placed the drill's job on {report.node}, not n1")
+    assert _check(report, "failure detected")["passed"] is True, report.to_markdown()
+    assert report.incident_id == opened["incident_id"]
