@@ -284,7 +284,7 @@ class SlurmCollector:
         holds every attempt's start, even one that began and was requeued between polls)."""
         cursor.job_nodes[job] = nodes
         attempt = cursor.requeues.get(job, 0) + 1
-        known = cursor.alloc.get(job) or self._details(job)
+        known = cursor.alloc.get(job) or self._details(job, at)
         project = self.project or cursor.accounts.get(job) or str(known.get("account") or "")
         if not project:
             return Reject("project", f"start of job {job}: its account is unknown "
@@ -299,18 +299,52 @@ class SlurmCollector:
                 "job_id": job, "attempt": attempt, "severity": "info",
                 "message": f"running on {len(nodes)} nodes", "attributes": attributes}
 
-    def _details(self, job: str) -> dict[str, Any]:
-        """Account and GPUs of a job the controller still holds (`scontrol show job -d`)."""
+    def _details(self, job: str, at: float | None = None) -> dict[str, Any]:
+        """Account and GPUs of a job: the controller's (`scontrol show job -d`) while it
+        holds the job, else, or when that names no GPUs, the accounting record of the
+        attempt that started at `at` (`sacct --json`: every attempt, requeued ones too, with
+        its AllocTRES)."""
+        found: dict[str, Any] = {}
         try:
             text = self.tool(["scontrol", "show", "job", "-d", job])
         except (RuntimeError, OSError, subprocess.TimeoutExpired):
+            text = ""
+        if text:
+            account = re.search(r"\bAccount=(\S+)", text)
+            gpus = re.search(r"\bTRES=\S*gres/gpu(?::[\w-]+)?=(\d+)", text)
+            ids = [f"gpu:{g}" for g in re.findall(r"GRES=\S*?\(IDX:([\d,-]+)\)", text)]
+            found = {"account": account.group(1) if account and account.group(1) != "(null)"
+                     else "", "gpus": int(gpus.group(1)) if gpus else None,
+                     "gpu_ids": _gres({"gres_detail": ids})[1]}
+        if found.get("gpus") is None or not found.get("account"):
+            accounted = self._accounted(job, at)
+            found = {"gpu_ids": [], **found,
+                     **{k: v for k, v in accounted.items() if v and not found.get(k)}}
+        return found
+
+    def _accounted(self, job: str, at: float | None) -> dict[str, Any]:
+        """The account and allocated GPUs sacct recorded for the attempt of `job` that
+        started at `at` (within 2 s), else its newest attempt."""
+        try:
+            records = json.loads(self.tool(["sacct", "--json", "-j", job])).get("jobs") or []
+        except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError):
             return {}
-        account = re.search(r"\bAccount=(\S+)", text)
-        gpus = re.search(r"\bTRES=\S*gres/gpu(?::[\w-]+)?=(\d+)", text)
-        ids = [f"gpu:{g}" for g in re.findall(r"GRES=\S*?\(IDX:([\d,-]+)\)", text)]
-        return {"account": account.group(1) if account and account.group(1) != "(null)"
-                else "", "gpus": int(gpus.group(1)) if gpus else None,
-                "gpu_ids": _gres({"gres_detail": ids})[1]}
+        if not isinstance(records, list):
+            return {}
+        records = [r for r in records if isinstance(r, dict)]
+        if at is not None:
+            near = [r for r in records if isinstance((r.get("time") or {}).get("start"), int)
+                    and abs(r["time"]["start"] - at) <= 2]
+            records = near or records
+        if not records:
+            return {}
+        record = max(records, key=lambda r: (r.get("time") or {}).get("start") or 0)
+        allocated = (record.get("tres") or {}).get("allocated") or []
+        counts = [t.get("count") for t in allocated if isinstance(t, dict)
+                  and t.get("type") == "gres" and str(t.get("name") or "").split(":")[0]
+                  == "gpu" and isinstance(t.get("count"), int)]
+        return {"account": str(record.get("account") or ""),
+                "gpus": sum(counts) if counts else None}
 
     def _account(self, job: str) -> str:
         return str(self._details(job).get("account") or "")
