@@ -138,6 +138,9 @@ _BARE_REQUEUE = re.compile(r"^Requeuing " + _JOB + r"$")
 _PROLOG_LAUNCH = re.compile(r"Prolog launch failure, " + _JOB)
 _PERILOG_DRAIN = re.compile(r"(?:(?P<prolog>Prolog or job env setup failure)|(?P<epilog>"
                             r"epilog error)) on (?:node )?(?P<node>[\w.-]+), draining the node")
+# validate_node_specs: why a registering node is drained, said before `drain_nodes` says it was
+_SPEC_REASON = re.compile(r"(?:error|debug\d?):\s+Node (?P<node>\S+) (?P<reason>has (?:low|high) "
+                          r"[\w*]{1,40} (?:size|count) \(\d{1,20} [<>] \d{1,20}\))")
 _DRAIN_NODES = re.compile(r"^drain_nodes: node (?P<node>\S+) state set to DRAIN$")
 _INACTIVE = re.compile(r"inactivity time limit reached for " + _JOB)
 _JOB_DONE = re.compile(r"^_job_complete: " + _JOB + r" done$")
@@ -244,7 +247,7 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             last[node] = type_
             out.append(node_event(type_, node, reason, severity))
 
-        if reason_match := _REASON.search(body):
+        if reason_match := _REASON.search(body) or _SPEC_REASON.search(body):
             reasons[reason_match.group("node")] = reason_match.group("reason").strip()
         elif match := _NOT_RESPONDING.search(body):
             try:

@@ -54,6 +54,7 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
         log.info("JOBTRAIL_SESSION_KEY is not set: browser sessions end when this process "
                  "does")
     login.setup(app)
+    health.setup(app)
     from ingest.adapters import registry
 
     app[ADAPTERS] = registry(settings.adapter_config())  # mapping files validated at start
@@ -102,6 +103,9 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
 
 
 def serve(settings: Settings) -> None:
+    """Listen on `http_host:http_port`: beyond loopback only with a credential configured
+    or the operator's explicit opt-in (`Settings.check_listener`)."""
+    settings.check_listener()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     web.run_app(create_app(settings), host=settings.http_host, port=settings.http_port,
