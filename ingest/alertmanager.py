@@ -4,7 +4,14 @@ One payload groups alerts; each alert becomes one event. The mapping from `alert
 type, scope and entity is data (`DEFAULT_MAPPING`, overridable with a YAML file of the same
 shape, see docs/adapters.md). A resolved alert maps to the entry's `resolved_type` (e.g.
 `network.port_up`) or, without one, to the firing type with `attributes.resolved = true`.
-Ids: `am-<fingerprint>-<startsAt>-<status>`, so redelivered webhooks are the same events.
+Ids: `am-<fingerprint>-<startsAt>-<status>`, so redelivered webhooks are the same events, and
+a resolved alert names the firing event it ends (`attributes.ends`, with `started_at`): one
+signal with a start and an end, on the same entity.
+
+Where the alert is: a filesystem alert (`storage.capacity` from node exporter series) whose
+`fstype` is a local filesystem (`ext4`, `xfs`, ...: not a network one, `SHARED_FSTYPES`) is
+that node's: node `{node}`, entity and filesystem `<node>:<mountpoint>`. A shared
+filesystem's alert names the filesystem, not the node that happened to report it.
 """
 
 from __future__ import annotations
@@ -63,6 +70,14 @@ DEFAULT_MAPPING: dict[str, dict[str, Any]] = {
                              "attributes": {"filesystem": "{filesystem}", "used_pct": "{value}"}},
 }
 
+SHARED_FSTYPES = frozenset({
+    "nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "smbfs", "ceph", "cephfs",
+    "glusterfs", "fuse.glusterfs", "fuse.cephfs", "fuse.gcsfuse", "fuse.s3fs", "fuse.mountpoint-s3",
+    "wekafs", "panfs", "orangefs", "pvfs2", "9p", "afs", "ocfs2", "gfs2", "fuse.juicefs",
+    "fuse.alluxio-fuse", "fuse.weka", "dvs", "vastnfs"})
+"""Network and cluster filesystems: an alert about one is the filesystem's, not the node's."""
+_NODE_SCOPED = ("storage.capacity", "storage.latency", "storage.io_error")
+
 _SEVERITY = {"critical": "critical", "page": "critical", "error": "error", "warning": "warning",
              "info": "info", "none": "info"}
 
@@ -120,17 +135,31 @@ def alert_record(alert: Any, i: int, payload: dict[str, Any], ctx: Context,
     except ParseError as exc:
         return Reject(f"{where}.labels.{exc.field}", exc.reason, raw_evidence(alert))
     kind = entry["type"]
-    if resolved:
-        kind = entry.get("resolved_type", kind)
-        if "resolved_type" not in entry:
-            attributes["resolved"] = True
-    attributes.update({"alertname": name, "status": status,
-                       "fingerprint": alert.get("fingerprint", ""),
-                       "raw": raw_evidence(alert)})
+    fstype = labels.get("fstype", "")
+    if kind in _NODE_SCOPED and fstype and fstype.lower() not in SHARED_FSTYPES \
+            and not fstype.lower().startswith("fuse.") and (labels.get("node") or node):
+        host = node or labels["node"]
+        mount = str(attributes.get("filesystem") or labels.get("mountpoint") or entity)
+        node, entity = host, f"{host}:{mount}"  # one node's /scratch is not another's
+        attributes.update(node_local=True, fstype=fstype, mountpoint=mount)
+        if "filesystem" in attributes:
+            attributes["filesystem"] = entity
+    elif fstype:
+        attributes["fstype"] = fstype
     # Alertmanager's fingerprint is a hash of the label set: without one, hash the labels
     # too, so two alerts that differ in any label never collapse into one event
     fingerprint = alert.get("fingerprint") or "l" + hashlib.sha256(json.dumps(
         labels, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    if resolved:
+        kind = entry.get("resolved_type", kind)
+        if "resolved_type" not in entry:
+            attributes["resolved"] = True
+        # the end of the firing alert: the same fingerprint and startsAt (one signal)
+        attributes.update(ends=f"{prefix}-{fingerprint}-{alert.get('startsAt')}-firing",
+                          started_at=str(alert.get("startsAt") or ""))
+    attributes.update({"alertname": name, "status": status,
+                       "fingerprint": alert.get("fingerprint", ""),
+                       "raw": raw_evidence(alert)})
     severity = "info" if resolved else _SEVERITY.get(labels.get("severity", ""), "warning")
     record: dict[str, Any] = {
         "id": f"{prefix}-{fingerprint}-{alert.get('startsAt')}-{status}", "type": kind,

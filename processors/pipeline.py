@@ -192,8 +192,8 @@ class Pipeline:
 
     def gpu_named(self, event: Event) -> Event:
         """A GPU event that gives only a PCI address (a kernel Xid), with the GPU index from
-        the topology's GPU table, for the timeline and the detector (the stored event keeps
-        what the source said)."""
+        the topology's GPU table, for the timeline, the detector and the stored event (the
+        sink names it before storing; the address and the line stay in its attributes)."""
         pci = event.attributes.get("pci")
         if not isinstance(pci, str) or event.attributes.get("gpu") not in (None, "") \
                 or not event.node:

@@ -162,6 +162,12 @@ def _hops(event: Event, topology: Topology | None) -> list[tuple[str, str, str, 
         entity = event.entity or node
         path = f"{entity} → {node}" if entity != node else node
         return [(node, "change" if change else relation, entity, path)]
+    if node and event.scope in _STORAGE_SCOPES:
+        # a storage event a node reported (its Lustre client's error, its own /scratch
+        # filling up) happened on that node: its attempts there are reached through the node,
+        # the filesystem's other attempts through the filesystem (rows_for)
+        entity = event.entity or node
+        return [(node, "change" if change else "node", entity, f"{entity} → {node}")]
     switch, port = event_switch(event)
     if not switch or topology is None:
         return []

@@ -72,6 +72,7 @@ __all__ = [
     "Resolved",
     "SeverityChanged",
     "SignalAdded",
+    "SignalEnded",
     "TimeCorrected",
     "parse",
 ]
@@ -100,6 +101,17 @@ class SignalAdded(Payload):
     count: int = Field(default=1, ge=1)
     """Signals this event stands for: more than one once an incident holds
     `max_signal_evidence` of them (the ones folded in since the last, and this one)."""
+
+
+class SignalEnded(Payload):
+    """The condition a signal reported is over: an alert's resolution (`event_id`) ends the
+    firing signal `ends`, which stays one signal with a start and an end."""
+
+    KIND = "signal_ended"
+    event_id: str
+    ends: str
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
 
 
 class EvidenceAttached(Payload):
@@ -329,7 +341,8 @@ class Closed(Payload):
 
 
 PAYLOADS: dict[str, type[Payload]] = {cls.KIND: cls for cls in (
-    IncidentOpened, SignalAdded, EvidenceAttached, JobImpacted, FailureStepUpdated,
+    IncidentOpened, SignalAdded, SignalEnded, EvidenceAttached, JobImpacted,
+    FailureStepUpdated,
     CauseUpdated, SeverityChanged,
     OwnerAssigned, Acknowledged, CommanderAssigned, NoteAdded, Mitigated, Paged,
     TimeCorrected, RecoveryObserved,

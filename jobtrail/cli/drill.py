@@ -17,8 +17,8 @@ def drill() -> None:
 
 
 @drill.command("run")
-@click.option("--kind", type=click.Choice(["kill-worker", "node-down",
-                                           "checkpoint-unwritable"]), required=True)
+@click.option("--kind", type=click.Choice(["kill-worker", "node-down", "checkpoint-unwritable",
+                                           "network-partition"]), required=True)
 @click.option("--workdir", type=click.Path(path_type=Path), default=None,
               help="A directory every node can reach (default: <home>/drills/runs)")
 @click.option("--log", "log_path", type=click.Path(path_type=Path),
@@ -29,9 +29,17 @@ def drill() -> None:
 @click.option("--timeout", "timeout_s", type=seconds(0, 86400), default=180,
               show_default=True,
               help="Seconds to wait for each stage")
+@click.option("--no-requeue", "no_requeue", is_flag=True,
+              help="Make the job unrequeueable before the fault (scontrol update jobid=N "
+                   "requeue=0): the drill must report it and take the stop / clean up / "
+                   "resubmit path")
+@click.option("--sabotage", type=click.Choice(["restart-from-scratch"]), default=None,
+              help="Break the recovery on purpose (every checkpoint keeps its name but holds "
+                   "step 0): the drill must fail it")
 @click.pass_context
 def run_drill(ctx: click.Context, kind: str, workdir: Path | None, log_path: Path,
-              project: str, steps: int, checkpoint_every: int, timeout_s: float) -> None:
+              project: str, steps: int, checkpoint_every: int, timeout_s: float,
+              no_requeue: bool, sabotage: str | None) -> None:
     """Submit the representative job, inject the fault, verify recovery from jobtrail's own
     timeline and incident; write the report (Markdown and JSON)."""
     from jobtrail.app import open_runtime
@@ -56,7 +64,8 @@ def run_drill(ctx: click.Context, kind: str, workdir: Path | None, log_path: Pat
 
             account = _account(getpass.getuser()) or "root"
         run = Drill(Options(kind, (workdir or folder / "runs").resolve(), steps,
-                            checkpoint_every, timeout_s=timeout_s),
+                            checkpoint_every, timeout_s=timeout_s, requeue=not no_requeue,
+                            sabotage=sabotage or ""),
                     sink=sink, store=runtime.store, collector=collector,
                     command=runtime.command, project=account,
                     cluster=collector.cluster or "default")

@@ -88,6 +88,8 @@ def import_(cluster: str, ib: Path | None, slurm: Path | None, k8s: Path | None,
     for part in parts:
         click.echo(f"{part.source}: {len(part.nics)} nodes, {len(part.switches)} switches"
                    + (f", {len(part.skipped)} skipped (no host named)" if part.skipped else ""))
+        for conflict in part.conflicts:
+            click.echo(f"  {part.source}: {conflict}", err=True)
     snapshot = _imported(out)
     try:
         previous = load(snapshot) if snapshot.exists() else None

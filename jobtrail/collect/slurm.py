@@ -12,6 +12,8 @@ Two sources, each used for what it says best (tested on Slurm 22.05.8, docs/coll
   (reason NODE_FAIL with the failed node when one of the job's nodes went down at that moment,
   PREEMPTED, or REQUEUED for an admin or the job itself). Without a log, `sinfo --json` gives
   the node states instead.
+An array task is the job `<array>_<task>` in both sources (squeue's `array_job_id` and
+`array_task_id`; the log's `JobId=1_0(3)`), as users and sacct name it.
 
 Ids come from the content (`slurm-<cluster>-<job>-<attempt>-<type>`, node events a hash of the
 line or the node, state and `reason_changed_at`), never from the read position. The cursor (log
@@ -48,12 +50,14 @@ _NODE_LINE = re.compile(r"update_node: node |Nodes? \S+ not responding|Node \S+ 
 _REASON_LINE = re.compile(r"update_node: node \S+ reason set to: ")
 _DOWN = re.compile(r"update_node: node (?P<node>\S+) state set to (?:DOWN|FAIL)|"
                    r"Nodes? (?P<nodes>\S+) not responding, setting DOWN")
-_REQUEUING = re.compile(r"Requeuing JobId=(?P<job>\d+(?:_\d+)?)")
-_FAILED_NODE = re.compile(r"requeue job JobId=(?P<job>\d+(?:_\d+)?) due to failure of node "
-                          r"(?P<node>\S+)")
-_PREEMPT = re.compile(r"preempted JobId=(?P<job>\d+(?:_\d+)?) has been requeued")
-_ALLOC = re.compile(r"(?:sched: Allocate JobId=(?P<a>\d+) NodeList=(?P<an>\S+)|"
-                    r"_start_job: Started JobId=(?P<b>\d+) in \S+ on (?P<bn>\S+))")
+# a job as slurmctld names it: `8`, an array task `1_0(3)` (array 1, task 0, its own id 3)
+_JOB = r"(?P<job>\d+(?:_\d+)?)(?:\(\d+\))?"
+_REQUEUING = re.compile(rf"Requeuing JobId={_JOB}")
+_FAILED_NODE = re.compile(rf"requeue job JobId={_JOB} due to failure of node (?P<node>\S+)")
+_PREEMPT = re.compile(rf"preempted JobId={_JOB} has been requeued")
+_ALLOC = re.compile(r"(?:sched: Allocate JobId=(?P<a>\d+(?:_\d+)?)(?:\(\d+\))? "
+                    r"NodeList=(?P<an>\S+)|_start_job: Started JobId=(?P<b>\d+(?:_\d+)?)"
+                    r"(?:\(\d+\))? in \S+ on (?P<bn>\S+))")
 _STAMP = re.compile(r"^\[(?P<t>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)\]")
 _NODE_FAIL_WINDOW_S = 5.0
 DRILL_JOB_NAME = "jobtrail-drill"
@@ -96,6 +100,19 @@ def _gres(job: dict[str, Any]) -> tuple[int | None, list[str]]:
         if m := re.search(r"IDX:([\d,-]+)", str(detail)):
             ids += [str(i) for i in expand_indices(m.group(1), field="gres_detail")]
     return (int(count.group(1)) if count else None), ids
+
+
+def job_name(job: dict[str, Any]) -> str | None:
+    """The job as users and slurmctld's log name it: an array task is `<array>_<task>` (its
+    own job id is another number, and the array's last task reuses the array's id); the
+    array's tasks still pending together (`array_task_string`) are None."""
+    array, task = job.get("array_job_id"), job.get("array_task_id")
+    if isinstance(array, int) and array > 0 and not isinstance(array, bool):
+        if isinstance(task, int) and not isinstance(task, bool):
+            return f"{array}_{task}"
+        if job.get("array_task_string"):
+            return None
+    return str(job["job_id"])
 
 
 def _tag_drill(draft: dict[str, Any], cursor: Cursor) -> None:
@@ -141,7 +158,12 @@ class SlurmCollector:
         for i, job in enumerate(payload.get("jobs") or []):
             if not isinstance(job, dict) or job.get("job_id") is None:
                 continue
-            job_id = str(job["job_id"])
+            job_id = job_name(job)
+            if job_id is None:
+                continue  # an array's tasks still pending as one record: each task, once
+                # split off to start, is a record (and a job) of its own
+            if job_id != str(job["job_id"]):
+                job = {**job, "job_id": job_id}
             held.add(job_id)
             if not self.cluster and job.get("cluster"):
                 self.cluster = str(job["cluster"])
@@ -262,7 +284,7 @@ class SlurmCollector:
         holds every attempt's start, even one that began and was requeued between polls)."""
         cursor.job_nodes[job] = nodes
         attempt = cursor.requeues.get(job, 0) + 1
-        known = cursor.alloc.get(job) or self._details(job)
+        known = cursor.alloc.get(job) or self._details(job, at)
         project = self.project or cursor.accounts.get(job) or str(known.get("account") or "")
         if not project:
             return Reject("project", f"start of job {job}: its account is unknown "
@@ -277,18 +299,52 @@ class SlurmCollector:
                 "job_id": job, "attempt": attempt, "severity": "info",
                 "message": f"running on {len(nodes)} nodes", "attributes": attributes}
 
-    def _details(self, job: str) -> dict[str, Any]:
-        """Account and GPUs of a job the controller still holds (`scontrol show job -d`)."""
+    def _details(self, job: str, at: float | None = None) -> dict[str, Any]:
+        """Account and GPUs of a job: the controller's (`scontrol show job -d`) while it
+        holds the job, else, or when that names no GPUs, the accounting record of the
+        attempt that started at `at` (`sacct --json`: every attempt, requeued ones too, with
+        its AllocTRES)."""
+        found: dict[str, Any] = {}
         try:
             text = self.tool(["scontrol", "show", "job", "-d", job])
         except (RuntimeError, OSError, subprocess.TimeoutExpired):
+            text = ""
+        if text:
+            account = re.search(r"\bAccount=(\S+)", text)
+            gpus = re.search(r"\bTRES=\S*gres/gpu(?::[\w-]+)?=(\d+)", text)
+            ids = [f"gpu:{g}" for g in re.findall(r"GRES=\S*?\(IDX:([\d,-]+)\)", text)]
+            found = {"account": account.group(1) if account and account.group(1) != "(null)"
+                     else "", "gpus": int(gpus.group(1)) if gpus else None,
+                     "gpu_ids": _gres({"gres_detail": ids})[1]}
+        if found.get("gpus") is None or not found.get("account"):
+            accounted = self._accounted(job, at)
+            found = {"gpu_ids": [], **found,
+                     **{k: v for k, v in accounted.items() if v and not found.get(k)}}
+        return found
+
+    def _accounted(self, job: str, at: float | None) -> dict[str, Any]:
+        """The account and allocated GPUs sacct recorded for the attempt of `job` that
+        started at `at` (within 2 s), else its newest attempt."""
+        try:
+            records = json.loads(self.tool(["sacct", "--json", "-j", job])).get("jobs") or []
+        except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError):
             return {}
-        account = re.search(r"\bAccount=(\S+)", text)
-        gpus = re.search(r"\bTRES=\S*gres/gpu(?::[\w-]+)?=(\d+)", text)
-        ids = [f"gpu:{g}" for g in re.findall(r"GRES=\S*?\(IDX:([\d,-]+)\)", text)]
-        return {"account": account.group(1) if account and account.group(1) != "(null)"
-                else "", "gpus": int(gpus.group(1)) if gpus else None,
-                "gpu_ids": _gres({"gres_detail": ids})[1]}
+        if not isinstance(records, list):
+            return {}
+        records = [r for r in records if isinstance(r, dict)]
+        if at is not None:
+            near = [r for r in records if isinstance((r.get("time") or {}).get("start"), int)
+                    and abs(r["time"]["start"] - at) <= 2]
+            records = near or records
+        if not records:
+            return {}
+        record = max(records, key=lambda r: (r.get("time") or {}).get("start") or 0)
+        allocated = (record.get("tres") or {}).get("allocated") or []
+        counts = [t.get("count") for t in allocated if isinstance(t, dict)
+                  and t.get("type") == "gres" and str(t.get("name") or "").split(":")[0]
+                  == "gpu" and isinstance(t.get("count"), int)]
+        return {"account": str(record.get("account") or ""),
+                "gpus": sum(counts) if counts else None}
 
     def _account(self, job: str) -> str:
         return str(self._details(job).get("account") or "")

@@ -15,7 +15,10 @@ class Check:
     passed: bool
     detail: str
     evidence: list[dict[str, Any]] = field(default_factory=list)
-    """`{"event_id", "type", "time", "attempt"}` of the events the verdict rests on."""
+    """`{"event_id", "type", "time", "attempt"}` (and `step`, `job_id`) of the events the
+    verdict rests on."""
+    basis: str = ""
+    """Which records the check read (e.g. the rerun's own step lines)."""
 
 
 @dataclass
@@ -36,6 +39,14 @@ class DrillReport:
     workload's share: how long Slurm or the launcher took to say it)."""
     jobtrail_s: float | None = None
     """First symptom received -> incident visible (jobtrail's share; goal <= 10 s)."""
+    restart_s: float | None = None
+    """Injection -> the rerun started (the new attempt's, or the resubmitted job's, start)."""
+    recovery_s: float | None = None
+    """Injection -> the rerun logged a step past the failure step (training past the fault)."""
+    failure_step: int | None = None
+    restored_step: int | None = None
+    """The step the rerun resumed from, as its own first step says (first step - 1)."""
+    recovery_job: str = ""
     lost_gpu_hours: float | None = None
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -70,19 +81,32 @@ class DrillReport:
                f"| scheduler/workload share (injection -> first symptom received) | "
                f"{secs(self.scheduler_s)} |",
                f"| jobtrail share (symptom received -> incident) | {secs(self.jobtrail_s)} |",
+               f"| rerun started (injection -> rerun start) | {secs(self.restart_s)} |",
+               f"| recovered (injection -> a step past the failure step) | "
+               f"{secs(self.recovery_s)} |",
+               f"| failure step / resumed from (the rerun's own steps) | "
+               f"{_n(self.failure_step)} / {_n(self.restored_step)} |",
                f"| recovery path | {self.recovery_path} |",
                "| lost GPU time | " + ("n/a" if self.lost_gpu_hours is None
                                        else f"{self.lost_gpu_hours:.4f} GPU-h") + " |",
-               "", "## Checks", "", "| check | result | detail | evidence |",
-               "| --- | --- | --- | --- |"]
+               "", "## Checks", "", "| check | result | detail | evidence | basis |",
+               "| --- | --- | --- | --- | --- |"]
         for c in self.checks:
-            ev = "<br>".join(f"`{e['event_id']}` {e.get('type', '')} @ {e.get('time', '')}"
-                             for e in c.evidence) or "-"
+            ev = "<br>".join(f"`{e['event_id']}` {e.get('type', '')}"
+                             + (f" step {e['step']}" if e.get("step") is not None else "")
+                             + f" @ {e.get('time', '')}" for e in c.evidence) or "-"
             out.append(f"| {c.name} | {'pass' if c.passed else 'FAIL'} | "
-                       f"{c.detail.replace('|', '/')} | {ev} |")
+                       f"{c.detail.replace('|', '/')} | {ev} | {c.basis.replace('|', '/')} |")
         if self.notes:
             out += ["", "## Notes", "", *[f"- {n}" for n in self.notes]]
         return "\n".join(out) + "\n"
+
+    def figures(self) -> dict[str, Any]:
+        """The times a drill measures, for tables over several runs."""
+        return {"kind": self.kind, "passed": self.passed, "detection_s": self.detection_s,
+                "scheduler_s": self.scheduler_s, "jobtrail_s": self.jobtrail_s,
+                "restart_s": self.restart_s, "recovery_s": self.recovery_s,
+                "recovery_path": self.recovery_path}
 
     def save(self, folder: Path) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
@@ -90,3 +114,7 @@ class DrillReport:
         path = folder / f"{self.drill_id}.json"
         path.write_text(self.to_json())
         return path
+
+
+def _n(value: int | None) -> str:
+    return "n/a" if value is None else str(value)

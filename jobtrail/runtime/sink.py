@@ -234,6 +234,7 @@ class Sink:
         `jobtrail.incident-events`) runs after processing and before the write: a crash in
         between replays the batch, which regenerates the same incident events (same ids)."""
         result = BatchResult(received=len(events) + len(dead_letters))
+        events, raw = self._gpu_named(events, raw)
         now = datetime.now(UTC)
         where = list(arrivals) if arrivals is not None else [""] * len(events)
         first: dict[str, tuple[Event, str]] = {}
@@ -291,6 +292,22 @@ class Sink:
         for letter in new_letters:
             emit("events_dead_lettered", 1, stage=letter.stage)
         return result
+
+    def _gpu_named(self, events: Sequence[Event], raw: dict[str, bytes] | None,
+                   ) -> tuple[list[Event], dict[str, bytes] | None]:
+        """GPU events that give only a PCI address (a kernel Xid), named by the topology's
+        GPU table before they are compared and stored, so `jobtrail entity node-041/gpu3`
+        finds them and a re-send is named the same way (the address and the line stay in
+        their attributes). A renamed event's received JSON is not what is stored."""
+        out: list[Event] = []
+        kept = dict(raw) if raw is not None else None
+        for event in events:
+            named = self.pipeline_of(event.cluster).gpu_named(event) \
+                if event.attributes.get("pci") else event
+            if named is not event and kept is not None:
+                kept.pop(event.id, None)
+            out.append(named)
+        return out, kept
 
     def _process(self, events: Sequence[Event],
                  raw: dict[str, bytes] | None = None) -> Outputs:

@@ -12,6 +12,7 @@ Like Slurm, labels say which switch, not which NIC or port: one NIC named `fabri
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -26,7 +27,6 @@ LABEL_FAMILIES: tuple[tuple[str, ...], ...] = (
      "network.topology.nvidia.com/core"),
 )
 RACK_LABELS = ("topology.kubernetes.io/rack",)
-_TIERS = ("leaf", "spine", "core")
 
 
 class KubernetesLabelsError(ValueError):
@@ -66,8 +66,7 @@ def parse(text: str, rack_label: str = "") -> Partial:
             out.skipped.append(f"{name}: no network-topology label")
             continue
         out.link(name, NIC, chain[0], "")
-        for depth, switch in enumerate(chain):
-            tier = _TIERS[depth] if depth < len(_TIERS) else f"tier-{depth}"
-            up = {chain[depth + 1]} if depth + 1 < len(chain) else set()
-            out.switch(switch, tier, up)
+        for lower, upper in itertools.pairwise(chain):
+            out.cable(lower, upper)
+    out.tier_switches()
     return out

@@ -4,9 +4,10 @@ previous import as `topology.link` events.
 Precedence: the hand file, then the sources in the order given (the CLI's: ibnetdiscover,
 Slurm, Kubernetes). A node's NICs come whole from the first source that has any for it, so a
 node `ibnetdiscover` saw with its HCAs and ports never also gets Slurm's port-less `fabric`
-link. Switches are the union: tier from the first source that knows the switch, uplinks from
-all. What only people know (filesystems and their targets, GPU PCI tables, GPUs per node) comes
-from the hand file.
+link. Switches are the union, tiered over the union of every source's wiring (the links one
+source knows complete another's: `ibnetdiscover`'s cables under Slurm's tree, or the reverse),
+leaves up. What only people know (filesystems and their targets, GPU PCI tables, GPUs per
+node) comes from the hand file.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from jobtrail.topology_import.model import Partial
+from jobtrail.topology_import.model import Partial, tiers
 from schemas.topology import TopologyFile
 
 
@@ -36,6 +37,14 @@ def merge(parts: Sequence[Partial], hand: dict[str, Any] | None, *, cluster: str
         for name, (tier, up) in sorted(part.switches.items()):
             entry = switches.setdefault(name, {"tier": tier, "uplinks": []})
             entry["uplinks"] = sorted(set(entry["uplinks"]) | up)
+    wiring: dict[str, set[str]] = {}
+    for part in parts:
+        for name, peers in part.wiring.items():
+            wiring.setdefault(name, set()).update(peers)
+    edge = set().union(*(part.edge for part in parts)) if parts else set()
+    if edge:
+        for name, (tier, up) in tiers(wiring, edge).items():
+            switches[name] = {"tier": tier, "uplinks": sorted(up)}
     for node, spec in (hand.get("nodes") or {}).items():
         nodes[node] = {**nodes.get(node, {}), **(spec or {})}
     for name, spec in (hand.get("switches") or {}).items():

@@ -152,6 +152,8 @@ class Incident:
     first_signal_at: datetime | None = None
     last_signal_at: datetime | None = None
     signals: int = 0
+    ended: dict[str, datetime] = field(default_factory=dict)
+    """signal event id -> when its condition ended (an alert's resolution)"""
     evidence: dict[str, Evidence] = field(default_factory=dict)
     jobs: dict[str, JobImpact] = field(default_factory=dict)
     actions: dict[str, Action] = field(default_factory=dict)

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from processors.attempts import LIFECYCLE_TYPES, JobRecord, evolve
-from processors.incidents import cause, grouping, opening, planned, recovery, slowdown
+from processors.incidents import cause, ends, grouping, opening, planned, recovery, slowdown
 from processors.incidents.archive import Incidents
 from processors.incidents.book import AttemptKey, Book, NotInLog, node_of
 from processors.incidents.context import Context
@@ -130,6 +130,8 @@ class Detector:
             # are its own project's only: `timeline.rows_for`): no incident of its own
         if signal is not None:
             grouping.on_signal(ctx, event, signal, rows)
+        elif event.attributes.get("ends"):
+            ends.on_end(ctx, event)
         symptom = self.rules.symptom_rule(event.type, event.attributes, event.message)
         if symptom is not None and event.job_id:
             cause.on_symptom(ctx, event, symptom, book.attempt_key(event), event.time,

@@ -117,6 +117,11 @@ def _(p: ev.SignalAdded, inc: Incident, event: IncidentEvent) -> None:
 
 
 @_evolve.register
+def _(p: ev.SignalEnded, inc: Incident, event: IncidentEvent) -> None:
+    inc.ended[p.ends] = p.ended_at or event.time
+
+
+@_evolve.register
 def _(p: ev.EvidenceAttached, inc: Incident, event: IncidentEvent) -> None:
     inc.evidence[p.event_id] = Evidence(p.event_id, p.time, p.type, p.source, p.entity, p.why,
                                         p.role, p.project, p.job_id, p.attempt)

@@ -172,3 +172,33 @@ def test_a_reason_line_waits_for_its_state_line(tmp_path: Path) -> None:
     (down,) = [e for e in sink.events if not e.job_id]
     assert (down.type, down.node, down.attributes["reason"]) == ("node.not_ready", "n3",
                                                                 "IB down")
+
+
+def test_a_start_the_controller_no_longer_holds_takes_its_gpus_from_sacct(
+        tmp_path: Path) -> None:
+    """The log's allocation line for a job squeue and scontrol no longer know (it ended
+    longer than MinJobAge ago, or the collector was down): its account and GPUs come from
+    sacct's record of the attempt that started then (the recorded sacct.json, job 5)."""
+    log = tmp_path / "slurmctld.log"
+    log.write_text("[2026-12-06T01:05:58.120] sched: Allocate JobId=5 NodeList=n4 #CPUs=1 "
+                   "Partition=gpu\n")
+    asked: list[list[str]] = []
+
+    def run(argv: list[str]) -> str:
+        asked.append(argv)
+        if argv[:2] == ["squeue", "--json"]:
+            return '{"jobs": []}'
+        if argv[:3] == ["scontrol", "show", "config"]:
+            return "ClusterName             = dev\n"
+        if argv[:3] == ["scontrol", "show", "job"]:
+            raise RuntimeError("scontrol exited 1: slurm_load_jobs error: Invalid job id")
+        if argv[:3] == ["sacct", "--json", "-j"]:
+            return (FIXTURES / "sacct.json").read_text()
+        raise AssertionError(argv)
+
+    sink = Recorder()
+    SlurmCollector(sink, tmp_path / "cursor.json", log_path=log,
+                   tool=run).step()  # type: ignore[arg-type]
+    [started] = [e for e in sink.events if e.type == "job.started"]
+    assert (started.job_id, started.project, started.attributes["gpus"]) == ("5", "root", 2)
+    assert ["sacct", "--json", "-j", "5"] in asked

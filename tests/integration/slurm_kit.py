@@ -51,7 +51,9 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
                    capture_output=True, timeout=60, check=False)
     up = subprocess.run(["bash", str(ROOT / "scripts/slurm-up.sh")], env=env,
                         capture_output=True, text=True, timeout=600, check=False)
-    if up.returncode != 0:
+    if up.returncode != 0:  # stop what it did start (munged, MariaDB...) before giving up
+        subprocess.run(["bash", str(ROOT / "scripts/slurm-down.sh")], env=env,
+                       capture_output=True, timeout=120, check=False)
         _unavailable(f"scripts/slurm-up.sh exited {up.returncode}: {up.stderr[-2000:]}")
     # not under pytest's basetemp: other sessions on the machine rotate it away under a job
     work = Path(env.get("JT_LIVE") or "/tmp/jt-live") / f"jobs-{os.getpid()}"

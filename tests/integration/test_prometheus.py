@@ -8,7 +8,9 @@ resolved alert ends the signal without a new one.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,6 +19,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -67,10 +70,13 @@ _LABELS = ('gpu="{gpu}",UUID="GPU-5a1c0000-0000-0000-0000-00000000000{gpu}",'
 
 
 class Exporter:
-    """Serves `DCGM_FI_DEV_XID_ERRORS` per GPU from `self.xid`, read on every scrape."""
+    """Serves `DCGM_FI_DEV_XID_ERRORS` per GPU from `self.xid`, and node exporter's
+    filesystem series per mount from `self.used_pct`, read on every scrape."""
 
     def __init__(self) -> None:
         self.xid: dict[int, int] = {0: 0, 3: 0, 5: 0}
+        self.used_pct: dict[tuple[str, str], float] = {}
+        """(mountpoint, fstype) -> percent used, as node exporter's avail/size give it"""
         self.port = free_port()
         exporter = self
 
@@ -81,6 +87,12 @@ class Exporter:
                 for gpu, value in sorted(exporter.xid.items()):
                     labels = _LABELS.format(gpu=gpu, bus=f"{0x1b + gpu:02X}", node=NODE)
                     lines.append(f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} {value}")
+                size = 1 << 40
+                for (mount, fstype), used in sorted(exporter.used_pct.items()):
+                    labels = f'device="dev{len(mount)}",fstype="{fstype}",mountpoint="{mount}"'
+                    lines += [f"node_filesystem_size_bytes{{{labels}}} {size}",
+                              f"node_filesystem_avail_bytes{{{labels}}} "
+                              f"{int(size * (100 - used) / 100)}"]
                 body = ("\n".join(lines) + "\n").encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -181,8 +193,16 @@ def stack(tmp_path: Path) -> Iterator[dict[str, Any]]:
         prom_conf["rule_files"] = ["rules.yml"]
         prom_conf["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] = [
             f"127.0.0.1:{am_port}"]
-        prom_conf["scrape_configs"] = [{"job_name": "dcgm", "static_configs": [
-            {"targets": [f"127.0.0.1:{exporter.port}"]}]}]
+        prom_conf["scrape_configs"] = [
+            {"job_name": "dcgm", "static_configs": [
+                {"targets": [f"127.0.0.1:{exporter.port}"]}],
+             "metric_relabel_configs": [{"source_labels": ["__name__"],
+                                         "regex": "DCGM_.*", "action": "keep"}]},
+            # node exporter's target carries `node` (deploy/prometheus/prometheus.yml)
+            {"job_name": "node", "static_configs": [
+                {"targets": [f"127.0.0.1:{exporter.port}"], "labels": {"node": NODE}}],
+             "metric_relabel_configs": [{"source_labels": ["__name__"],
+                                         "regex": "node_.*", "action": "keep"}]}]
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom_conf))
         am_url = f"http://127.0.0.1:{am_port}"
         daemons = [Daemon(["prometheus-alertmanager", "--config.file=alertmanager.yml",
@@ -260,15 +280,84 @@ def test_firing_alert_opens_the_incident_resolved_ends_the_signal(
     assert len(_signals(again)) == len(set(_signals(again))) == 2, _signals(again)
     assert len(_incidents(s)) == 1
 
-    # resolved: the alert's end is on the GPU's timeline, and it is not a new signal
+    # what Alertmanager itself holds for the two firing alerts (its start of each)
+    firing = {a["labels"]["gpu"]: a for a in _am_alerts(s)}
+    assert set(firing) == {"3", "5"}
+    first = incident["log"][0]["data"]["first_event"]
+    prefix = f"am-{firing['3']['fingerprint']}-"
+    assert first.startswith(prefix) and first.endswith("-firing")
+    assert _parse(first[len(prefix):-len("-firing")]) == _parse(firing["3"]["startsAt"])
+
+    # resolved: the alert's end is on the GPU's timeline, ends its firing signal (one signal
+    # with a start and an end), and it is not a new signal
     exporter.xid[3] = 0
     resolved = _until("the resolved event", lambda: [
         r for r in _entity(s, f"{NODE}/gpu3") if r["id"].endswith("-resolved")], 30)
     assert resolved[0]["type"] == "node.xid" and resolved[0]["node"] == NODE
-    time.sleep(2)
+    assert resolved[0]["id"].replace("-resolved", "-firing") == first
+    ended = _until("the signal's end", lambda: _ended(_incident(s, opened[0]["incident_id"])))
+    assert [(e["ends"], e["event_id"]) for e in ended] == [(first, resolved[0]["id"])]
+    assert _parse(ended[0]["started_at"]) == _parse(firing["3"]["startsAt"])
+    assert _parse(ended[0]["ended_at"]) == _parse(resolved[0]["time"]) > _parse(
+        ended[0]["started_at"])
     after = _incident(s, opened[0]["incident_id"])
     assert _signals(after) == _signals(again)
     assert len(_incidents(s)) == 1
+    assert after["status"] == "open"  # GPU 5's alert still fires
+
+    # the last alert resolves: the condition is over, the incident moves on (mitigated by
+    # the processor, saying so), and a person's resolve follows
+    exporter.xid[5] = 0
+    done = _until("the incident mitigated", lambda: (
+        lambda inc: inc if inc["status"] == "mitigated" else None)(
+            _incident(s, opened[0]["incident_id"])), 30)
+    assert len(_ended(done)) == 2 and not _am_alerts(s)  # Alertmanager holds none firing
+    [moved] = [e for e in done["log"] if e["kind"] == "mitigated"]
+    assert moved["actor_kind"] == "processor"
+    assert "every alert behind it resolved" in moved["data"]["text"]
+    reply = http("POST", f"{s['server'].url}/v1/incidents/{opened[0]['incident_id']}/commands",
+                 {"command": "resolve", "command_id": "resolve-after-alerts"},
+                 token=s["token"])
+    assert reply.status == 200, reply.body
+    assert _incident(s, opened[0]["incident_id"])["status"] == "resolved"
+
+
+def test_a_node_local_filesystem_alert_keeps_its_node(stack: dict[str, Any]) -> None:
+    """node exporter's `/scratch` (ext4, the node's own disk) filling up is that node's; the
+    shared Lustre mount filling up is the filesystem's, whichever node reported it."""
+    s, exporter = stack, stack["exporter"]
+    exporter.used_pct = {("/scratch", "ext4"): 40.0, ("/lustre/scratch", "lustre"): 40.0}
+    _until("the node exporter target scraped", lambda: urllib.request.urlopen(
+        f"{s['prom']}/api/v1/targets", timeout=5).read().decode().count('"health":"up"') == 2)
+    exporter.used_pct = {("/scratch", "ext4"): 97.5, ("/lustre/scratch", "lustre"): 98.0}
+    local = _until("the /scratch alert", lambda: _entity(s, f"{NODE}:/scratch"), 60)
+    shared = _until("the Lustre alert", lambda: _entity(s, "/lustre/scratch"), 60)
+    assert [(r["type"], r["node"], r["scope"]) for r in local] == [
+        ("storage.capacity", NODE, "filesystem")]
+    assert [(r["type"], r["node"]) for r in shared] == [("storage.capacity", "")]
+    by_fs = {a["labels"]["mountpoint"]: a for a in _am_alerts(s)}
+    assert by_fs["/scratch"]["labels"]["node"] == NODE  # what Alertmanager itself sent
+    assert [r for r in _entity(s, NODE) if r["id"] == local[0]["id"]]  # on the node's timeline
+    keys = {i["key"] for i in (_incident(s, x["incident_id"]) for x in _until(
+        "both incidents", lambda: (lambda got: got if len(got) == 2 else None)(_incidents(s))))}
+    assert keys == {f"storage:{NODE}:/scratch", "storage:/lustre/scratch"}
+
+
+def _am_alerts(s: dict[str, Any]) -> list[dict[str, Any]]:
+    """The alerts Alertmanager holds as active (its own API)."""
+    with urllib.request.urlopen(f"{s['am']}/api/v2/alerts?active=true", timeout=5) as resp:
+        return [a for a in json.loads(resp.read()) if a["status"]["state"] == "active"]
+
+
+def _parse(text: str) -> datetime:
+    """An RFC 3339 time to the millisecond (Alertmanager's API prints milliseconds, its
+    webhook nanoseconds)."""
+    at = datetime.fromisoformat(re.sub(r"(\.\d{3})\d*", r"\1", text).replace("Z", "+00:00"))
+    return at.replace(microsecond=at.microsecond // 1000 * 1000)
+
+
+def _ended(incident: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e["data"] for e in incident["log"] if e["kind"] == "signal_ended"]
 
 
 def test_every_shipped_alert_maps_to_an_event() -> None:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ import pytest
 from jobtrail.config import Settings
 from jobtrail.dev import kafka
 from jobtrail.runtime.kafka_io import ensure_topics
-from tests.integration.kafka_helpers import Worker, consume_all, run_to_end
+from tests.integration.kafka_helpers import Worker, consume_all, produce_raw, run_to_end
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,3 +196,83 @@ def test_rsyslog_ships_lines_once_across_restart_and_outage(
     assert [r[5] for r in xids] == [f"2026-12-06 01:00:{i:02d}.250" for i in range(9)]
     assert {(r[2], r[3], r[4]) for r in steps} == {("llm", "4242", 1)}
     assert [r[5] for r in steps] == [f"2026-12-06 01:01:{i:02d}.500" for i in range(8)]
+
+
+def _jobtrail(home: Path, *args: str, env: dict[str, str]) -> list[dict[str, Any]]:
+    """A `jobtrail` read command's JSON lines."""
+    done = subprocess.run([sys.executable, "-m", "jobtrail.cli", "--home", str(home), *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env,
+                          check=True)
+    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def test_shipped_lines_reach_the_job_on_their_node(
+        kafka_broker_process: list[kafka.Broker], tmp_path: Path) -> None:
+    """docs/connect.md step 3 through the real rsyslogd: a kernel Xid naming its GPU by PCI
+    address shows in `jobtrail entity node-041/gpu3` (the topology's GPU table), and a Lustre
+    client error (ENOSPC on an OST) logged on the node a job runs on is on that job's
+    timeline, reached through the node (the job mounts nothing the topology knows)."""
+    _need_rsyslog()
+    import asyncio
+
+    from ingest.canonical import to_event
+
+    bootstrap = kafka_broker_process[0].bootstrap
+    tag = uuid.uuid4().hex[:8]
+    prefix, app_id = f"n{tag}.", f"rsyslog-node-{tag}"
+    settings = Settings(kafka=bootstrap, topic_prefix=prefix)
+    asyncio.run(ensure_topics(settings))
+    kern = tmp_path / "kern.log"
+    kern.touch()
+    env = {**os.environ, "JOBTRAIL_KAFKA": bootstrap, "JOBTRAIL_RAW_TOPIC": settings.topic("raw"),
+           "JOBTRAIL_CLUSTER": "cluster-a", "JOBTRAIL_SPOOL": str(tmp_path / "spool"),
+           "JOBTRAIL_KMSG": "0", "JOBTRAIL_KERNEL_LOG": str(kern),
+           "JOBTRAIL_TRAIN_ROOT": str(tmp_path / "train"),
+           "JOBTRAIL_SLURM_LOGS": str(tmp_path / "slurm"), "JOBTRAIL_NODE": NODE}
+    rendered = subprocess.run(["bash", str(RENDER), str(tmp_path / "conf")], env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+    assert rendered.returncode == 0, rendered.stderr
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(
+        "cluster: cluster-a\nvalid_from: '2026-01-01T00:00:00Z'\n"
+        f"nodes:\n  {NODE}: {{gpus: 8, nics: {{mlx5_0: {{switch: leaf-05, port: p9}}}}}}\n"
+        "switches:\n  leaf-05: {tier: leaf}\n"
+        "gpu_pci:\n  '0000:9b:00.0': 3\n")
+    # the scheduler's word: job 4242 of project llm runs on node-041 from 01:00:00
+    start = to_event({"id": "slurm-cluster-a-4242-1-job.started", "type": "job.started",
+                      "time": "2026-12-06T01:00:00Z", "cluster": "cluster-a",
+                      "project": "llm", "job_id": "4242", "attempt": 1,
+                      "attributes": {"nodes": [NODE], "gpus": 8}}, producer="slurm-collector",
+                     observed_at=datetime(2026, 12, 6, 1, 0, tzinfo=UTC))
+    produce_raw(bootstrap, settings.topic("events"), [start.to_json().encode()],
+                key=b"cluster-a")
+    xid = (f"2026-12-06T01:05:00.250000+00:00 {NODE} kernel: NVRM: Xid (PCI:0000:9b:00): 79, "
+           "pid=4242, name=python, GPU has fallen off the bus.")
+    lustre = (f"2026-12-06T01:04:00.500000+00:00 {NODE} kernel: LustreError: 11-0: "
+              "scratch-OST0007-osc-ffff8f0c04a1e800: operation ost_write to node "
+              "10.0.0.7@o2ib failed: rc = -28")
+    daemon = Rsyslog(Path(rendered.stdout.strip()))
+    daemon.start()
+    try:
+        _append(kern, [lustre, xid])
+        shipped = _wait_for(bootstrap, settings.topic("raw"), 2, daemon)
+    finally:
+        daemon.stop()
+    assert sorted(m["msg"] for m in shipped) == sorted([lustre, xid])
+    assert {m["node"] for m in shipped} == {NODE}
+
+    home = tmp_path / "home"
+    worker = Worker(bootstrap, home, prefix, app_id)
+    worker.env["JOBTRAIL_TOPOLOGY"] = str(topology)
+    run_to_end(worker, bootstrap, app_id, [settings.topic(t) for t in ("raw", "events")])
+    reader = {k: v for k, v in os.environ.items() if not k.startswith("JOBTRAIL_")}
+    reader.update(PYTHONPATH=str(ROOT), JOBTRAIL_TOPOLOGY=str(topology))
+    on_gpu = _jobtrail(home, "entity", f"{NODE}/gpu3", "--project", "llm", env=reader)
+    assert [(r["type"], r["entity"], r["node"], str(r["time"])[:23]) for r in on_gpu] == [
+        ("node.xid", f"{NODE}/gpu3", NODE, "2026-12-06 01:05:00.250")]
+    rows = _jobtrail(home, "timeline", "4242", "--project", "llm", "--json", env=reader)
+    storage = [r for r in rows if r["type"] == "storage.io_error"]
+    assert [(r["relation"], r["node"], r["attempt"]) for r in storage] == [("node", NODE, 1)]
+    assert "ENOSPC" in json.dumps(storage[0]["attributes"])
+    assert [(r["relation"], r["entity"]) for r in rows if r["type"] == "node.xid"] == [
+        ("gpu", f"{NODE}/gpu3")]

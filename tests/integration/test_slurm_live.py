@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from jobtrail.drill.shipper import TrainingLogShipper
+from jobtrail.drill.workload import prepare
 from jobtrail.store import Store
 from tests.integration.slurm_kit import (
     ROOT,
@@ -213,3 +215,104 @@ def test_sigkill_and_restart_lose_and_double_nothing(slurm: Path, tmp_path: Path
                                                      (2, "job.started")}
     stats = json.loads(_cli(home, "stats").stdout)
     assert stats["duplicate_event_ids"] == 0
+
+
+def _sacct_task(array: str, task: int) -> dict[str, Any]:
+    """sacct's record of one array task (its own job id; `array.job_id`, `array.task_id`)."""
+    records = json.loads(sh("sacct", "--json", "-j", array))["jobs"]
+    found = [r for r in records if r["array"]["job_id"] == int(array)
+             and r["array"]["task_id"] == task]
+    assert len(found) == 1, records
+    return found[0]  # type: ignore[no-any-return]
+
+
+def test_array_tasks_get_their_start_and_nodes(slurm: Path, store: Store,
+                                               tmp_path: Path) -> None:
+    """A 3-task array: each task `<array>_<task>` (the name squeue and slurmctld's log use)
+    has its `job.started` with the node sacct recorded, at sacct's start, and its GPUs."""
+    c = collector(store, tmp_path)
+    go = tmp_path / "go-array"
+    array = sbatch(slurm, f"for i in $(seq 1 1500); do [ -e {go} ] && break; sleep 0.2; done",
+                   "--array=0-2", "-x", "n3")
+    tasks = [f"{array}_{t}" for t in range(3)]
+
+    def started() -> list[str]:
+        return [t for t in tasks if (1, "job.started") not in _types(store, t)]
+
+    try:
+        wait_until("every task's start on its timeline", lambda: not started(), 90, c.step,
+                   explain=started)
+        go.touch()
+        wait_until("every task's end", lambda: all(
+            (1, "job.completed") in _types(store, t) for t in tasks), 90, c.step)
+    finally:
+        go.touch()
+    for number, task in enumerate(tasks):
+        record = _sacct_task(array, number)
+        [start] = [r for r in store.timeline(PROJECT, task) if r["type"] == "job.started"]
+        assert start["attributes"]["nodes"] == [record["nodes"]], (start, record)
+        assert abs(_epoch(start["time"]) - record["time"]["start"]) <= 1.0
+        assert start["attributes"]["gpus"] == 2
+        [attempt] = store.attempts(PROJECT, task)
+        assert list(attempt.nodes) == [record["nodes"]] and attempt.gpus == 2
+        assert abs(_epoch(attempt.ended_at) - record["time"]["end"]) <= 2.0
+    assert store.duplicate_ids() == 0
+
+
+def test_a_node_down_charges_the_real_gpus_of_the_job(slurm: Path, store: Store,
+                                                      tmp_path: Path) -> None:
+    """Issue 41: a training job on 2 nodes x 8 GPUs (the drill's workload: it logs steps and
+    checkpoints, shipped with the job and attempt), one node set DOWN under it. The incident
+    holds the attempt with sacct's 16 GPUs (AllocTRES gres/gpu) and charges GPU-hours > 0,
+    exactly 16 x the charged time, whose ends are sacct's own times: the failure at the
+    NODE_FAIL attempt's end, the restart at the rerun's start."""
+    c = collector(store, tmp_path)
+    run_dir = slurm / f"gpus-{tmp_path.name}"
+    launcher = prepare(run_dir)
+    shipper = TrainingLogShipper(c.sink, run_dir, project=PROJECT, cluster="dev",
+                                 job_id=lambda: big, drill_id="")
+    big = sh("sbatch", "--parsable", "--requeue", "-N", "2", "--gres=gpu:8", "-w", "n[3-4]",
+             f"--output={run_dir}/slurm-%j.out", str(launcher), str(run_dir), "200", "5",
+             "0.25").strip().split(";")[0]
+
+    def tick() -> None:
+        c.step()
+        shipper.step()
+
+    def steps(attempt: int) -> list[int]:
+        return [r["attributes"]["step"] for r in store.timeline(PROJECT, big)
+                if r["type"] == "job.step" and r["attempt"] == attempt]
+
+    def charged() -> dict[str, Any] | None:
+        for row in store.incidents(None):
+            for held in (store.incident(row["incident_id"], None) or {}).get("jobs", []):
+                if (held["job_id"], held["attempt"]) == (big, 1) and held["lost_gpu_hours"] \
+                        and held["verified_at"] is not None:
+                    return held  # type: ignore[no-any-return]
+        return None
+
+    try:
+        wait_until("a checkpoint and progress past it", lambda: max(steps(1), default=0) > 7,
+                   90, tick)
+        sh("scontrol", "update", "nodename=n4", "state=down", "reason=jobtrail test: PSU")
+        try:
+            wait_until("the requeue on node failure", lambda: (1, "job.requeued") in
+                       _types(store, big), 60, tick)
+        finally:
+            sh("scontrol", "update", "nodename=n4", "state=resume")
+        held = wait_until("the incident's charge, recovery verified", charged, 180, tick)
+    finally:
+        sh("scancel", big)
+    first, rerun = attempts_in_sacct(big)[:2]
+    gres = [t for t in first["tres"]["allocated"] if (t["type"], t["name"]) == ("gres", "gpu")]
+    assert [t["count"] for t in gres] == [16]  # what Slurm itself allocated
+    assert first["state"]["current"] == "NODE_FAIL"
+    assert held["gpus"] == 16
+    phases = held["rework_s"] + held["downtime_s"] + held["restore_s"]
+    assert held["lost_gpu_hours"] > 0
+    assert held["lost_gpu_hours"] == pytest.approx(16 * phases / 3600, abs=1e-5)
+    # the charged interval's ends are sacct's: the failure, the restart, the wait between
+    assert abs(_epoch(held["failed_at"]) - first["time"]["end"]) <= 2.0
+    assert abs(_epoch(held["restarted_at"]) - rerun["time"]["start"]) <= 1.0
+    assert held["downtime_s"] + held["queue_s"] == pytest.approx(
+        rerun["time"]["start"] - first["time"]["end"], abs=2.0)

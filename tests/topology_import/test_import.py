@@ -5,6 +5,7 @@ a re-import that yields `topology.link` events at the observed time, and a gener
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +45,91 @@ def test_ibnetdiscover_man_page_example_names_switches_by_guid() -> None:
     assert part.nics == {}  # "MT23108 InfiniHost Mellanox Technologies": no host
     assert len(part.skipped) == 5
     assert set(part.switches) == {"S-005442ba00003080", "S-0008f10400410015"}
+
+
+def test_ibnetdiscover_alone_keeps_the_switch_wiring_with_unnamed_hosts() -> None:
+    """The same real fabric with every HCA left at its default description (no node_desc set,
+    as in the man page's example): the leaves are still the switches compute HCAs hang off, and
+    the switch-to-switch links still give the spines and every leaf's uplinks."""
+    text = DGX.read_text()
+    unnamed = re.sub(r'# "[\w.-]+ (?:mlx5_\d+|HCA-\d+)"', '# "MT4129 ConnectX7   Mellanox '
+                     'Technologies"', text)
+    assert unnamed != text
+    part = ibnetdiscover.parse(unnamed)
+    assert part.nics == {}  # no host named anywhere
+    tiers = [tier for tier, _ in part.switches.values()]
+    assert (tiers.count("leaf"), tiers.count("spine")) == (31, 9)
+    cabled = sum(1 for line in text.splitlines() if re.match(r'\[\d+\]\s+"S-', line))
+    assert cabled > 48  # the switch-to-switch lines the file holds
+    leaf_up = part.switches["A09-P1-IBLEAF-04-04"][1]
+    assert {"A10-P1-IBSPINE-02", "B10-P1-IBSPINE-09"} <= leaf_up
+    assert sum(len(up) for _, up in part.switches.values()) == sum(
+        len(peers) for name, peers in part.wiring.items() if "LEAF" in name)
+    # the merged file, from ibnetdiscover alone, carries the tiers and uplinks
+    merged = merge.merge([part], None, cluster="dgx-a", valid_from=AT)
+    assert merged.switches["A10-P1-IBSPINE-02"].tier == "spine"
+    assert "A10-P1-IBSPINE-02" in merged.switches["A09-P1-IBLEAF-04-04"].uplinks
+
+
+def test_director_line_asics_get_their_own_port_names() -> None:
+    """Two HCAs on port 3 of two line cards of one director switch: `L05/U1/3` and
+    `L07/U1/3`, not both `3`; the director's links between its own ASICs are not uplinks, its
+    link to an outside switch is."""
+    part = ibnetdiscover.parse((FIXTURES / "ibnetdiscover" / "director_line_asics.out")
+                               .read_text())
+    a, b = part.nics["node-041"]["mlx5_0"], part.nics["node-043"]["mlx5_0"]
+    assert (a.switch, a.port) == ("ib-core", "L05/U1/3")
+    assert (b.switch, b.port) == ("ib-core", "L07/U1/3")
+    assert part.nics["node-042"]["mlx5_0"].port == "L05/U1/4"
+    assert part.switches == {"ib-core": ("leaf", {"ib-top-01"}), "ib-top-01": ("spine", set())}
+    assert part.conflicts == []
+
+
+def test_slurm_upper_switches_are_tiered_with_ibnetdiscover_in_front() -> None:
+    """Slurm's tree under an ibnetdiscover run that names none of these switches: the upper
+    switches are tiered from Slurm's links (not left `leaf` by the first source)."""
+    conf = slurm.parse("SwitchName=leaf1 Nodes=n[1-2]\nSwitchName=leaf2 Nodes=n[3-4]\n"
+                       "SwitchName=spine1 Switches=leaf[1-2]\n"
+                       "SwitchName=core1 Switches=spine1\n")
+    assert conf.switches["spine1"] == ("spine", {"core1"})
+    assert conf.switches["core1"] == ("core", set())
+    ib = ibnetdiscover.parse((FIXTURES / "ibnetdiscover" / "rdma_core_man_example.txt")
+                             .read_text())
+    merged = merge.merge([ib, conf], None, cluster="c", valid_from=AT)
+    assert (merged.switches["spine1"].tier, merged.switches["core1"].tier) == ("spine", "core")
+    assert merged.switches["leaf1"].uplinks == ["spine1"]
+    # the same switches in both sources (ibnetdiscover first, its HCAs unnamed): the spine
+    # Slurm's tree names above the leaf is a spine in the merged file
+    dgx = ibnetdiscover.parse(re.sub(r'# "[\w.-]+ (?:mlx5_\d+|HCA-\d+)"',
+                                     '# "MT4129 ConnectX7   Mellanox Technologies"',
+                                     DGX.read_text()))
+    tree = slurm.parse("SwitchName=A09-P1-IBLEAF-04-04 Nodes=a08-p1-dgx-04-c[01-17]\n"
+                       "SwitchName=A10-P1-IBSPINE-02 Switches=A09-P1-IBLEAF-04-04\n")
+    same = merge.merge([dgx, tree], None, cluster="c", valid_from=AT)
+    assert same.switches["A10-P1-IBSPINE-02"].tier == "spine"
+    assert same.switches["A09-P1-IBLEAF-04-04"].tier == "leaf"
+    # the two sources' wiring together: Slurm names the ibnetdiscover switch as a leaf's peer
+    both = merge.merge([ib, slurm.parse("SwitchName=top Switches=S-005442ba00003080\n")],
+                       None, cluster="c", valid_from=AT)
+    assert both.switches["top"].tier == "spine"
+    assert both.switches["S-005442ba00003080"].uplinks == ["top"]
+
+
+def test_a_node_under_two_leaves_is_reported_and_kept_on_both(tmp_path: Path) -> None:
+    text = "SwitchName=leaf1 Nodes=n[1-2]\nSwitchName=leaf2 Nodes=n[2-3]\n" \
+           "SwitchName=spine Switches=leaf[1-2]\n"
+    part = slurm.parse(text)
+    assert part.conflicts == ["n2 is listed under 2 leaf switches (leaf1 on line 1, leaf2 on "
+                              "line 2): Slurm warns 'Multiple leaf switches contain nodes'; "
+                              "imported on each"]
+    assert {nic: link.switch for nic, link in part.nics["n2"].items()} == {
+        "fabric": "leaf1", "fabric-2": "leaf2"}
+    conf = tmp_path / "topology.conf"
+    conf.write_text(text)
+    done = cli(tmp_path / "home", "topology", "import", "--cluster", "c", "--slurm", str(conf),
+               "--out", str(tmp_path / "t.yaml"))
+    assert "n2 is listed under 2 leaf switches" in done.stderr
+    assert set(load(tmp_path / "t.yaml").nodes["n2"].nics) == {"fabric", "fabric-2"}
 
 
 def test_slurm_topology_conf_tree() -> None:
