@@ -42,6 +42,9 @@ class Context:
     """The zone of local times in lines (dmesg -T, syslog, glog)."""
     year: int | None = None
     """The year of lines that do not say it (syslog, glog); default: inferred."""
+    reference: datetime | None = None
+    """A full date the payload itself states (`timestamps.stated_date`): a year-less line
+    takes the year nearest it, not the year the paste was read in."""
     kind: str = ""
     """What a Kubernetes fragment without `kind` is (`PyTorchJob`, `Job`, ...)."""
 

@@ -246,16 +246,17 @@ def test_tqdm_redraws_loss_dicts_nemo_and_deepspeed_checkpoints() -> None:
     assert got == [
         ("checkpoint.restored", 1000, _at(2026, 11, 30, 8, 0, 1)),  # one per checkpoint
         ("job.step", 1050, _at(2026, 11, 30, 8, 1, 0)),  # the bar keeps its line's time
+        # the dict glued to the bar is that step's: one job.step (issue 44)
         ("job.step", 1051, _at(2026, 11, 30, 8, 1, 0)),
-        ("job.step", 1051, _at(2026, 11, 30, 8, 1, 0)),  # the dict glued to the bar
         ("checkpoint.saved", 1100, _at(2026, 11, 30, 8, 5, 9)),  # async: once, when final
         ("checkpoint.restored", 1100, _at(2026, 11, 30, 8, 6, 0)),
         # a line without a time takes the timed line's before it, never the read time
         # (issue 27 item 4)
         ("comm.nccl_error", None, _at(2026, 11, 30, 8, 6, 0))]
-    loss = events[3]
+    loss = events[2]
     assert (loss.attributes["loss"], loss.attributes["epoch"]) == (1.2345, 0.5)
-    assert events[4].attributes["path"] == "/ckpt/run7/step=1100.ckpt"
+    assert loss.attributes["step_time_s"] == 0.01  # the bar's 100.00it/s
+    assert events[3].attributes["path"] == "/ckpt/run7/step=1100.ckpt"
     ib = events[-1]
     assert (ib.node, ib.attributes["device"], ib.attributes["pid"]) == ("gpu-node-7", "3",
                                                                         2231)

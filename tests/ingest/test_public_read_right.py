@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.ingest.public_corpus import Outcome, read, samples
+from tests.ingest.read_right import expected, scored
 
 SAMPLES = {s.file: s for s in samples()}
 
@@ -57,3 +58,16 @@ def test_a_bus_error_is_not_a_segfault() -> None:
     assert classify("Segmentation fault (core dumped)") == "segfault"
     assert classify("ERROR: Unexpected bus error encountered in worker. This might be caused "
                     "by insufficient shared memory (shm).") == "dataloader"
+
+
+# --- every sample of expected.yaml, field by field (issue 44) ------------------------------
+
+
+@pytest.mark.parametrize("file", sorted(expected()))
+@pytest.mark.parametrize("fmt", [None, "auto"])
+def test_every_field_as_a_correct_reader_reads_it(file: str, fmt: str | None) -> None:
+    """type, node, GPU, job, time and time source (and the attributes each names) of every
+    event a correct reader extracts; nothing more (no invented event), nothing doubled."""
+    assert scored(SAMPLES[file], fmt).wrong_fields == []
+    if not expected()[file]:  # a healthy output or prose: nothing stored, nothing refused
+        assert _read(file, fmt).letters == []
