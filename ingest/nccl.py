@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingest import slurm_output, training_steps, training_text
+from ingest import slurm_output, training_exits, training_steps, training_text
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
 from schemas.failure_text import classify
@@ -272,6 +272,9 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             if code < 0:
                 attrs["signal"] = _SIGNAL_NAMES.get(-code, f"signal {-code}")
             sink.emit(line, "job.worker_exited", attrs, severity="error")
+        elif (failed := training_exits.read(line)) is not None:
+            sink.emit(line, failed.type, failed.attributes, severity="error",
+                      node=failed.node or None)
         elif match := _WATCHDOG.search(line):
             attrs = {"op_type": match.group("op")}
             for key, group in (("rank", "rank"), ("seq_num", "seq"), ("timeout_ms", "timeout"),
