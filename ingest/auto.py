@@ -61,18 +61,45 @@ def _text_tool(text: str) -> str | None:
     the tool's header in its first lines."""
     from ingest.slurm_paste import unwrap
 
+    from ingest.slurm_paste import command_of
+
     lines = [line for line in unwrap(text[:20000])[:60] if line.strip()]
     for line in lines[:4]:
         first = line.split()[:4]
         for tool, _ in _TOOL_HEADERS:
             if tool in first:
                 return tool
+    for line in lines:  # the command further down (`... queried with command: squeue -o`)
+        if (ran := command_of(line)) in ("sacct", "squeue", "sinfo"):
+            return ran
     for line in lines:
         words = {w.split("%")[0] for w in line.replace("|", " ").split()}
         for tool, headers in _TOOL_HEADERS:
             if any(h <= words for h in headers):
                 return tool
     return None
+
+
+_SEGMENT_TOOLS = {"sacct", "squeue", "sinfo", "scontrol"}
+
+
+def _tool_segments(text: str) -> list[tuple[str, str]] | None:
+    """A paste of several Slurm tools (`squeue`, then `sinfo`), cut where each command
+    starts, so each table goes to its own reader; None for one tool's output."""
+    from ingest.slurm_paste import command_of
+
+    if sum(text.count(tool) for tool in _SEGMENT_TOOLS) < 2:
+        return None
+    lines = text.splitlines(keepends=True)
+    starts: list[tuple[int, str]] = []
+    for number, line in enumerate(lines[:5000]):
+        if (tool := command_of(line)) in _SEGMENT_TOOLS:
+            starts.append((number, tool))
+    if len({tool for _, tool in starts}) < 2:
+        return None
+    cuts = [0, *[n for n, _ in starts[1:]], len(lines)]
+    return [(tool, "".join(lines[a:b])) for (_, tool), a, b in
+            zip(starts, cuts, cuts[1:], strict=False)]
 
 
 def _kubectl(text: str) -> bool:
@@ -137,6 +164,14 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
     # past here the input is lines: no pattern reads more of one than the cap
     cap = min(adapters[name].max_line for name in LINE_ORDER)
     text, cut = cap_lines(text, cap, "auto", ctx.origin)
+    if (parts := _tool_segments(text)) is not None:
+        out: list[dict[str, Any] | Reject] = []
+        for tool, part in parts:
+            try:
+                out.extend(_tagged(adapters[tool].parse(part, ctx), tool))
+            except ParseError:
+                continue  # a table with no state in it (`sinfo -o "%P %a %F"`): nothing
+        return [*out, *cut]
     if _SCONTROL.search(text[:20000]):
         try:
             return [*_tagged(adapters["scontrol"].parse(text, ctx), "scontrol"), *cut]

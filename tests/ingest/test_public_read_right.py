@@ -71,3 +71,15 @@ def test_every_field_as_a_correct_reader_reads_it(file: str, fmt: str | None) ->
     assert scored(SAMPLES[file], fmt).wrong_fields == []
     if not expected()[file]:  # a healthy output or prose: nothing stored, nothing refused
         assert _read(file, fmt).letters == []
+
+
+@pytest.mark.parametrize(("cell", "reason", "cut"), [
+    ("(Resources,", "Resources", True),
+    ("(ReqNodeNotAvail, UnavailableNodes:node[01-0", "ReqNodeNotAvail, UnavailableNodes", True),
+    ("(ReqNodeNotAvail, UnavailableNodes:node[01-04])",
+     "ReqNodeNotAvail, UnavailableNodes:node[01-04]", False),
+    ("(Priority)", "Priority", False)])
+def test_a_reason_squeue_cut_at_its_width_is_said_cut(cell: str, reason: str, cut: bool) -> None:
+    from ingest.slurm_tools import _reason
+
+    assert _reason(cell) == (reason, cut)
