@@ -59,9 +59,7 @@ _TOOL_HEADERS = (
 def _text_tool(text: str) -> str | None:
     """The Slurm text tool a paste came from: the command at its top (`$ squeue --me`), or
     the tool's header in its first lines."""
-    from ingest.slurm_paste import unwrap
-
-    from ingest.slurm_paste import command_of
+    from ingest.slurm_paste import command_of, unwrap
 
     lines = [line for line in unwrap(text[:20000])[:60] if line.strip()]
     for line in lines[:4]:
@@ -165,13 +163,13 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
     cap = min(adapters[name].max_line for name in LINE_ORDER)
     text, cut = cap_lines(text, cap, "auto", ctx.origin)
     if (parts := _tool_segments(text)) is not None:
-        out: list[dict[str, Any] | Reject] = []
-        for tool, part in parts:
+        read: list[dict[str, Any] | Reject] = []
+        for name, part in parts:
             try:
-                out.extend(_tagged(adapters[tool].parse(part, ctx), tool))
+                read.extend(_tagged(adapters[name].parse(part, ctx), name))
             except ParseError:
                 continue  # a table with no state in it (`sinfo -o "%P %a %F"`): nothing
-        return [*out, *cut]
+        return [*read, *cut]
     if _SCONTROL.search(text[:20000]):
         try:
             return [*_tagged(adapters["scontrol"].parse(text, ctx), "scontrol"), *cut]
