@@ -53,6 +53,9 @@ _NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)
 # `Tried to allocate 20.00 MiB. GPU 0 has a total capacty of 79.15 GiB` (sic); 2.2+ `capacity`
 _OOM = re.compile(r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]iB))?"
                   r"(?:.{0,400}?(?:\(GPU |\bGPU )(?P<gpu>\d+)(?:;| has a total))?")
+_KERNEL_OOM = re.compile(r"oom-kill:constraint=|[Oo]ut of memory: Kill(?:ed)? process \d|"
+                         r"invoked oom-killer|oom_reaper: reaped|\boom_kill_process|"
+                         r"out_of_memory\+0x")
 _ROOT = re.compile(r"Root Cause \(first observed failure\)")
 _KV = re.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<v>.+?)\s*$")
 _AGENT_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) "
@@ -303,7 +306,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             rank = _GLOBAL_RANK.search(line)
             attrs = {**exc[1], **({"rank": int(rank.group(1))} if rank else {})}
             sink.emit(line, exc[0], attrs, severity="error")
-        elif classify(line) == "oom":  # the detector reads exits with the same classifier
+        elif classify(line) == "oom" and not _KERNEL_OOM.search(line):
+            # (the kernel's OOM killer is the node's log: node-log reads it, pid and task)
             attrs = {"kind": "cuda" if "CUDA" in line or "cuda" in line else "host"}
             if (match := _OOM.search(line)) and match.group("size"):
                 attrs["requested"] = match.group("size")

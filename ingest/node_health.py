@@ -15,7 +15,13 @@ _SXID = re.compile(r"SXid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<sxid>\d+), (?P<se
 _FM = re.compile(r"detected NVSwitch (?P<sev>non-fatal|fatal) error (?P<sxid>\d+) .*?pci bus id "
                  r"(?P<pci>[0-9a-fA-F:.]+)(?:.*?port (?P<port>\d+))?", re.I)
 _PANIC = re.compile(r"Kernel panic - not syncing: (?P<why>.+)")
-_OOM_KILL = re.compile(r"Out of memory: Killed process (?P<pid>\d+) \((?P<proc>[^)]+)\)")
+# a process name is read whole, parentheses in it too: systemd names a service's process
+# before exec `(resolved)`, which the kernel prints `Killed process 15925 ((resolved))`
+_OOM_KILL = re.compile(r"(?P<cgroup>Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process "
+                       r"(?P<pid>\d{1,10}) \((?P<proc>[^\n]{1,64}?)\)(?=[\s,]|$)")
+_OOM_CONSTRAINT = re.compile(r"oom-kill:constraint=(?P<constraint>\w{1,40}),[^\n]{0,600}?"
+                             r"(?:task_memcg=(?P<memcg>[^,\s]{0,400}),)?task=(?P<proc>[^,\n]{1,64}),"
+                             r"pid=(?P<pid>\d{1,10})")
 _SEGV = re.compile(r"(?<![\w.-])(?P<proc>[\w.-]++)\[(?P<pid>\d+)\]: segfault at \w+ ip \w+ sp "
                    r"\w+ error \d+"
                    r"(?: in (?P<lib>[^\[\s]+))?")
@@ -81,8 +87,15 @@ def node_fault(body: str, node: str, ctx: Context) -> dict[str, Any] | None:
     job = {"project": ctx.project, "job_id": ctx.job_id,
            **({"attempt": ctx.attempt} if ctx.attempt is not None else {})} \
         if ctx.project and ctx.job_id else None
-    if m := _OOM_KILL.search(body):
+    if m := _OOM_KILL.search(body) or _OOM_CONSTRAINT.search(body):
         attrs = {"kind": "host", "pid": int(m.group("pid")), "process": m.group("proc")}
+        found = m.groupdict()
+        if found.get("constraint"):
+            attrs["constraint"] = found["constraint"]
+        if found.get("memcg"):
+            attrs["memcg"] = found["memcg"]
+        if found.get("cgroup"):
+            attrs["constraint"] = "CONSTRAINT_MEMCG"
         if job:
             return {"type": "job.oom", "scope": "node", "entity": node, "severity": "error",
                     **job, "attributes": attrs}

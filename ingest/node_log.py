@@ -217,6 +217,24 @@ def _line(line: str, ctx: Context, ref: str) -> dict[str, Any] | Reject | None:
     return {**record, "time": time, "node": node, "message": line.strip()[-500:]}
 
 
+def _merged_kill(kills: dict[tuple[str, int], dict[str, Any]], record: dict[str, Any]) -> bool:
+    """Whether `record` is the kernel's second line of an OOM kill already read (its
+    `oom-kill:constraint=...,task=python,pid=N` line and `Out of memory: Killed process N
+    (python)`): then what it adds goes on the first."""
+    attrs = record["attributes"]
+    if attrs.get("kind") != "host" or "pid" not in attrs or "process" not in attrs:
+        return False
+    key = (str(record.get("node")), int(attrs["pid"]))
+    held = kills.get(key)
+    if held is None:
+        kills[key] = record
+        return False
+    for name, value in attrs.items():
+        held["attributes"].setdefault(name, value)
+    held["attributes"]["raw"] = raw_evidence(f"{held['attributes']['raw']}\n{attrs['raw']}")
+    return True
+
+
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out: list[dict[str, Any] | Reject] = []
     if (events := gpu_health.health_events(text, ctx)) is not None:
@@ -233,6 +251,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     used |= smi_used
     fabric: set[tuple[str, str]] = set()  # (node, minute): one Fabric Manager failure
     gone: set[tuple[str, str]] = set()  # (GPU, minute): one GPU off the bus
+    kills: dict[tuple[str, int], dict[str, Any]] = {}  # (node, pid): one OOM kill
     table: list[str] = []
     start = 0
     for number, line in enumerate(lines, start=1):
@@ -275,6 +294,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 out.append(hung)
                 continue
         record = _line(line, ctx, ref)
+        if isinstance(record, dict) and _merged_kill(kills, record):
+            continue  # the kernel's second line of one OOM kill (oom-kill:, Killed process)
         if isinstance(record, dict) and record["attributes"].get("system") == "fabric_manager":
             key = (str(record.get("node")), str(record["time"])[:16])
             if key in fabric:
