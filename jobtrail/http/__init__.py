@@ -103,6 +103,9 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
 
 
 def serve(settings: Settings) -> None:
+    """Listen on `http_host:http_port`: beyond loopback only with a credential configured
+    or the operator's explicit opt-in (`Settings.check_listener`)."""
+    settings.check_listener()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     web.run_app(create_app(settings), host=settings.http_host, port=settings.http_port,

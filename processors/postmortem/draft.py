@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
+from processors.incidents.response import MILESTONES, first_signal
+from processors.incidents.response import figures as response_figures
 from processors.postmortem.state import LEARNINGS, SECTIONS, TITLES, Postmortem
 from processors.postmortem.story import (
     _failed,
@@ -25,7 +27,6 @@ from processors.postmortem.story import (
     _told,
     _told_line,
     detection,
-    first_signal,
     participants,
     resolution,
     summary,
@@ -127,12 +128,10 @@ def timings(inc: Incident) -> str:
     ]
     rows = [f"| {name} | {when(at)} | {duration(_between(start, at))} |"
             for name, at in milestones]
-    recovered = milestones[5][1]
     end = inc.resolved_at or inc.closed_at
-    headline = [("detect", inc.opened_at), ("acknowledge", inc.acknowledged_at),
-                ("mitigate", inc.mitigated_at), ("recover", recovered), ("resolve", end)]
-    figures = " · ".join(f"time to {name} **{duration(_between(start, at))}**"
-                         for name, at in headline)
+    response = response_figures(inc)  # the one definition the boards use too
+    figures = " · ".join(f"time to {name} **{duration(response.seconds(name))}**"
+                         for name in MILESTONES)
     figures += f" · duration **{duration(_between(start, end))}**" + (
         "" if end else " (still open)")
     return (figures[0].upper() + figures[1:] + "\n\n| Milestone | At | After the first "
