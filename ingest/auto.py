@@ -211,6 +211,9 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
         out.append(reject)
     out.extend(_needs_job(text, ctx, adapters["training-log"], claimed))
     out.extend(cut)
+    checks = [check for name in LINE_ORDER if (check := adapters[name].healthy) is not None]
+    if not out and any(check(text) for check in checks):
+        return []  # lines an adapter knows: nothing wrong in them
     if not out and text.strip():
         return [Reject("format", "no adapter recognised any line of this input (name one with "
                        "--format)", raw_evidence(text[:1000]))]

@@ -35,7 +35,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from ingest import gpu_health, node_health, xid
+from ingest import gpu_health, host_hardware, node_health, xid
 from ingest.base import Adapter, Context, Reject, line_time, raw_evidence
 from ingest.redact import clip
 
@@ -252,6 +252,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     fabric: set[tuple[str, str]] = set()  # (node, minute): one Fabric Manager failure
     gone: set[tuple[str, str]] = set()  # (GPU, minute): one GPU off the bus
     kills: dict[tuple[str, int], dict[str, Any]] = {}  # (node, pid): one OOM kill
+    hardware = host_hardware.HostHardware(lambda line: _when(line, ctx), ctx.node)
     table: list[str] = []
     start = 0
     for number, line in enumerate(lines, start=1):
@@ -280,6 +281,9 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         if "NVRM: Xid" in line:
             out.extend(xid.parse(line, replace(ctx, origin=ref)))
             continue
+        if ("AER" in line or "PCIe Bus Error" in line or "EDAC" in line or "pcieport" in line) \
+                and hardware.read(line):
+            continue
         # the Xid-less reports, over one line or several (once per GPU and minute)
         if ("fallen off the bus" in line and (lost := xid.off_the_bus(lines, number, ctx))
                 is not None) or ("_kgsp" in line and (lost := xid.gsp_timeout(lines, number, ctx))
@@ -307,8 +311,23 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             out.append(record)
     if table:
         out.extend(node_health.table(table, ctx, f"{ctx.origin}:{start}"))
+    for record in hardware.records:
+        out.append(record if record["node"] else Reject(
+            "node", f"{record['attributes']['system']}: no host in the line and none given "
+            "by the shipper", str(record["attributes"]["raw"])))
     return out
 
 
+_HEALTHY = re.compile(r"EDAC (?:\w{1,20} )?(?:MC\d{1,3}|\w{1,20}): (?:Giving out device|"
+                      r"[^\n]{0,80}?(?:detected|ECC (?:disabled|enabled)))|"
+                      r"AER: enabled with IRQ|Node Health Check (?:completed|passed)")
+
+
+def healthy(text: str) -> bool:
+    """Lines this adapter knows and that report nothing wrong (EDAC and AER set-up)."""
+    return _HEALTHY.search(text[:200_000]) is not None
+
+
 ADAPTER = Adapter("node-log", parse, doc="Node and infrastructure logs: Xid, DCGM health, "
-                  "mlx5/IB links, Lustre/LNet, NFS, GPFS, S3 SlowDown", line_oriented=True)
+                  "mlx5/IB links, Lustre/LNet, NFS, GPFS, S3 SlowDown", line_oriented=True,
+                  healthy=healthy)

@@ -83,3 +83,20 @@ def test_a_reason_squeue_cut_at_its_width_is_said_cut(cell: str, reason: str, cu
     from ingest.slurm_tools import _reason
 
     assert _reason(cell) == (reason, cut)
+
+
+def test_host_hardware_is_its_own_class_owned_by_hardware_ops() -> None:
+    """An uncorrected or fatal AER report (an EDAC UE) is a signal of class host_hardware
+    at once; corrected floods only when they keep coming (a threshold); hardware ops own
+    it. The GPU health rule after them does not take these."""
+    from processors.incidents.rules import load_rules
+
+    rules = load_rules()
+    (fatal,) = _read("host-hardware/aer_uncorrected_fatal_transaction_layer.txt").events
+    rule = rules.signal_rule(fatal.type, fatal.attributes, fatal.message)
+    assert rule is not None and (rule.name, rule.klass) == ("host-hardware-uncorrected",
+                                                            "host_hardware")
+    (flood,) = _read("host-hardware/syslog_edac_ce_flood_one_dimm.txt").events
+    rule = rules.signal_rule(flood.type, flood.attributes, flood.message)
+    assert rule is not None and rule.name == "host-hardware-corrected" and rule.threshold
+    assert rules.klass("host_hardware").team == "hardware-ops"
