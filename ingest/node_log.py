@@ -35,9 +35,10 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from ingest import gpu_health, host_hardware, node_health, xid
+from ingest import gpu_health, host_hardware, nhc, node_health, xid
 from ingest.base import Adapter, Context, Reject, line_time, raw_evidence
 from ingest.redact import clip
+from ingest.timestamps import local_time
 
 _MLX_LINK = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]++) (?P<iface>\w++): (?:Port: (?P<port>\d+) )?"
                        r"Link (?P<state>up|down|ACTIVE|DOWN|INIT|ARMED|DOWN_DEFER)\b", re.I)
@@ -253,6 +254,7 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     gone: set[tuple[str, str]] = set()  # (GPU, minute): one GPU off the bus
     kills: dict[tuple[str, int], dict[str, Any]] = {}  # (node, pid): one OOM kill
     hardware = host_hardware.HostHardware(lambda line: _when(line, ctx), ctx.node)
+    checks = nhc.Nhc(lambda line: _when(line, ctx), ctx.node, lambda t: local_time(t, ctx))
     table: list[str] = []
     start = 0
     for number, line in enumerate(lines, start=1):
@@ -284,6 +286,9 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         if ("AER" in line or "PCIe Bus Error" in line or "EDAC" in line or "pcieport" in line) \
                 and hardware.read(line):
             continue
+        if ("nhc" in line or "Health check failed" in line or "XID errors" in line) \
+                and checks.read(line):
+            continue
         # the Xid-less reports, over one line or several (once per GPU and minute)
         if ("fallen off the bus" in line and (lost := xid.off_the_bus(lines, number, ctx))
                 is not None) or ("_kgsp" in line and (lost := xid.gsp_timeout(lines, number, ctx))
@@ -311,10 +316,10 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             out.append(record)
     if table:
         out.extend(node_health.table(table, ctx, f"{ctx.origin}:{start}"))
-    for record in hardware.records:
+    for record in [*checks.records, *hardware.records]:
         out.append(record if record["node"] else Reject(
-            "node", f"{record['attributes']['system']}: no host in the line and none given "
-            "by the shipper", str(record["attributes"]["raw"])))
+            "node", f"{record['type']}: no host in the line and none given by the shipper",
+            str(record["attributes"]["raw"])))
     return out
 
 
