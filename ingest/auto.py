@@ -16,9 +16,10 @@ from typing import Any
 from ingest.base import Adapter, Context, Reject, cap_lines, raw_evidence
 from ingest.canonical import ParseError
 
-LINE_ORDER = ("xid", "training-log", "slurmctld", "node-log")
+LINE_ORDER = ("xid", "training-log", "slurmctld", "node-log", "dcgm-exporter")
 """Specific before general: node-log also reads Xid lines; training-log only runs when the
-job is known (--project/--job)."""
+job is known (--project/--job); dcgm-exporter's samples pasted alone, without a scrape's
+`# HELP` lines, are lines too."""
 
 
 def _shape(doc: Any) -> str | None:

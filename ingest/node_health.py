@@ -153,10 +153,11 @@ def dcgm_diag(lines: list[str], ctx: Context, ref: str) -> list[dict[str, Any] |
     width = max(0, len(border.rstrip("+").split("+")[-1]) - 3)  # less the cell's padding
     found: list[dict[str, Any]] = []
     group: list[dict[str, Any]] = []  # the entries of the last failed row (its GPUs)
+    last_test = ""
     for line in lines:
         if m := _DIAG_ROW.match(line.strip()):
-            test = m.group("test").strip()
-            if test.lower() in ("warning", "info"):
+            test = m.group("test").strip() or last_test  # `|  | Fail - GPU: 0 |`: its test's
+            if test.lower() in ("warning", "info") or not test:
                 continue
             gpus = re.findall(r"\d+", m.group("gpus") or "") or ["all"]
             group = [{"gpu": gpu, "system": test.lower().replace(" ", "_").replace("/", "_"),
@@ -174,6 +175,8 @@ def dcgm_diag(lines: list[str], ctx: Context, ref: str) -> list[dict[str, Any] |
                 item["message"].append(_cell(line))
         elif row:
             group = []
+        if row and row.group("left") not in ("", "Warning", "Info", "Error"):
+            last_test = row.group("left")
     out: list[dict[str, Any] | Reject] = []
     for item in found:
         message = _cell_join(item.pop("message"), width) or \
@@ -228,9 +231,15 @@ def health_json(line: str, ctx: Context) -> dict[str, Any] | None:
 def table(table: list[str], ctx: Context, ref: str) -> list[dict[str, Any] | Reject]:
     if any("Health Monitor Report" in row for row in table):
         return dcgm_health(table, ctx, ref)
-    if any(re.match(r"^\|\s*Diagnostic\s*\|\s*Result", row) for row in table):
+    if any(re.match(r"^\|\s*Diagnostic\s*\|\s*Result", row) for row in table) or any(
+            _DIAG_ROW.match(row) for row in table):  # rows pasted without their header
         return dcgm_diag(table, ctx, ref)
     return []
+
+
+def two_cells(line: str) -> bool:
+    """A `| left | right |` row (DCGM's tables), pasted without the table around it."""
+    return len(line) < 2000 and _DCGM_ROW.match(line) is not None
 
 
 _HUNG = re.compile(r"INFO: task (?P<proc>\S{1,64}?):(?P<pid>\d{1,9}) blocked for more than "

@@ -264,7 +264,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         stripped = line.strip()
         if stripped.startswith(("|", "+")) and (table or "Health Monitor Report" in stripped
                                                  or "Diagnostic" in stripped
-                                                 or stripped.startswith("+")):
+                                                 or stripped.startswith("+")
+                                                 or node_health.two_cells(stripped)):
             if not table:
                 start = number
             table.append(stripped)
