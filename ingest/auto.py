@@ -103,11 +103,14 @@ def _tool_segments(text: str) -> list[tuple[str, str]] | None:
 
 def _kubectl(text: str) -> bool:
     """kubectl's human output (get tables, describe), or a YAML object / status fragment."""
-    from ingest import kubectl_text
+    from ingest import kubectl_describe, kubectl_text, kubeflow_logs
     from ingest.kubernetes import _DESCRIBE
 
     head = text[:20000]
-    if _DESCRIBE.search(head) or kubectl_text.has_states(head) or kubectl_text.is_table(head):
+    if kubeflow_logs.recognise(head):
+        return True
+    if _DESCRIBE.search(head) or kubectl_text.has_states(head) or kubectl_text.is_table(head) \
+            or kubectl_describe.is_node(head):
         return _text_tool(text) is None
     if re.search(r"(?m)^\s*(?:apiVersion|kind|phase|conditions|status):", head) is None:
         return False
@@ -155,7 +158,9 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
             return _tagged(adapters[name].parse(text, ctx), name)
     if stripped[:1] not in ("{", "[") and _IBSTAT.search(text[:20000]):
         return _tagged(adapters["ibstat"].parse(text, ctx), "ibstat")
-    if stripped[:1] not in ("{", "[") and _kubectl(text):
+    from ingest import kubeflow_logs
+
+    if (stripped[:1] not in ("{", "[") and _kubectl(text)) or kubeflow_logs.recognise(text):
         try:
             return _tagged(adapters["kubernetes"].parse(text, ctx), "kubernetes")
         except ParseError:
