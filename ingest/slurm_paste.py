@@ -217,8 +217,9 @@ def table(text: str, tool: str, required: tuple[str, ...],
         for number, line in enumerate(lines[at + 1:], start=at + 2):
             if _ends(line, tool):
                 break  # another tool's command: its own table
-            if not line.strip() or is_prompt(line):
-                continue
+            if not line.strip() or is_prompt(line) or _row_line(line, columns,
+                                                                delimiter) is None:
+                continue  # (prose, a Markdown fence: no row)
             cells = line.rstrip().split(delimiter)
             if len(cells) == len(columns) + 1 and cells[-1] == "":
                 cells = cells[:-1]  # `--parsable` ends every line with the delimiter
@@ -234,7 +235,7 @@ def table(text: str, tool: str, required: tuple[str, ...],
         for number, line in enumerate(lines[at + 2:], start=at + 3):
             if _ends(line, tool):
                 break  # another tool's command: its own table
-            if not line.strip() or is_prompt(line):
+            if not line.strip() or is_prompt(line) or _row_line(line, columns) is None:
                 continue
             out.rows.append((number, line, dict(zip(columns, _cut(line, spans),
                                                    strict=True))))
@@ -250,7 +251,7 @@ def _by_words(lines: list[str], at: int, columns: list[str], flags: dict[str, st
     for number, line in enumerate(lines[at + 1:], start=at + 2):
         if _ends(line, tool):
             break  # another tool's command: its own table
-        if not line.strip() or is_prompt(line):
+        if not line.strip() or is_prompt(line) or _row_line(line, columns) is None:
             continue
         words = line.split()
         if tail or (columns and columns[0].upper() == "REASON"):
@@ -299,7 +300,7 @@ def _format_columns(flags: dict[str, str], tool: str) -> tuple[list[str], str]:
     return [_canonical(c) for c in fmt.split(",") if c.strip()], ""
 
 
-def _row_line(line: str, columns: list[str]) -> str | None:
+def _row_line(line: str, columns: list[str], delimiter: str = "") -> str | None:
     """A line of a headerless table as the tool printed it, or None when it is not one
     (prose around the paste, a log line, the `'` of a Python repr): a table led by a job
     id column has a job id first. A repr's opening quote is taken off."""
@@ -309,7 +310,8 @@ def _row_line(line: str, columns: list[str]) -> str | None:
         text = text[1:]
     if not columns or columns[0].lower() not in _ID_COLUMNS:
         return line
-    first = re.split(r"[\s|,;]", text, maxsplit=1)[0]
+    first = text.split(delimiter, 1)[0].strip() if delimiter else re.split(
+        r"[\s|,;]", text, maxsplit=1)[0]
     return line if _JOB_ID.match(first) else None
 
 
@@ -322,7 +324,7 @@ def _headerless(lines: list[str], start: int, columns: list[str], flags: dict[st
             break  # another tool's command: its own table
         if not line.strip() or is_prompt(line) or tool in line.split():
             continue
-        if (row := _row_line(line, columns)) is None:
+        if (row := _row_line(line, columns, delimiter)) is None:
             continue  # prose, not a row: a skipped line, never a job id
         line = row
         if delimiter or (tool == "sacct" and "|" in line):
