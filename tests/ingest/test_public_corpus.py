@@ -41,7 +41,8 @@ def test_auto_reads_every_file_as_well_as_its_adapter(sample: Sample) -> None:
     explicit, auto = read(sample), read(sample, "auto")
     assert {_sig(e) for e in auto.events} >= {_sig(e) for e in explicit.events}
     assert auto.stored >= explicit.stored
-    assert explicit.understood or sample.file == "training/hf_trainer_loss_dicts.txt"
+    assert explicit.understood or sample.file == "training/hf_trainer_loss_dicts.txt" or (
+        sample.family == "prose" and not explicit.events)  # prose: refused whole, no event
     if explicit.understood and not sample.quiet:
         assert auto.understood
 

@@ -69,8 +69,11 @@ def test_every_field_as_a_correct_reader_reads_it(file: str, fmt: str | None) ->
     """type, node, GPU, job, time and time source (and the attributes each names) of every
     event a correct reader extracts; nothing more (no invented event), nothing doubled."""
     assert [w for w in scored(SAMPLES[file], fmt).wrong_fields if not w.startswith("GAP")] == []
-    if not expected()[file]:  # a healthy output or prose: nothing stored, nothing refused
-        assert _read(file, fmt).letters == []
+    if not expected()[file]:  # a healthy output: nothing stored, nothing refused; prose is
+        # refused whole as no format auto knows (a dead letter saying so), never read as rows
+        letters = _read(file, fmt).letters
+        assert all(d.field == "format" for d in letters) if file.startswith("prose/") \
+            else letters == []
 
 
 @pytest.mark.parametrize(("cell", "reason", "cut"), [
