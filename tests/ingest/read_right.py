@@ -122,8 +122,16 @@ def score(wanted: list[dict[str, Any]], events: list[Event], where: str = "") ->
 
 
 def scored(sample: Sample, fmt: str | None = None) -> Score:
-    return score(expected()[sample.file], read(sample, fmt).events,
-                 f"{sample.file} [{fmt or 'explicit'}]")
+    """The file's score; a file whose right reading is nothing is read exactly right only
+    when nothing of it was refused either (prose: refused whole as no known format)."""
+    got = read(sample, fmt)
+    where = f"{sample.file} [{fmt or 'explicit'}]"
+    out = score(expected()[sample.file], got.events, where)
+    refused = [d for d in got.letters if not (sample.family == "prose" and d.field == "format")]
+    if not expected()[sample.file] and refused:
+        out.exact = 0
+        out.wrong_fields.append(f"{where}: refused ({refused[0].reason[:80]})")
+    return out
 
 
 def table(show: bool = False) -> str:
