@@ -122,15 +122,26 @@ def report(adapter: Adapter, text: str, decoded: list[Decoded]) -> Report:
 def run(adapter: Adapter, raw: bytes | str, ctx: Context) -> list[Decoded]:
     """Parse with `adapter`, then validate every draft like canonical input."""
     text, cut = _capped(adapter, _text(raw), ctx)
-    return _run(adapter, text, ctx, cut)
+    return _run(adapter, text, _dated(ctx, text), cut)
 
 
 def run_report(adapter: Adapter, raw: bytes | str, ctx: Context) -> tuple[list[Decoded],
                                                                            Report]:
     """`run`, and what it skipped."""
     text, cut = _capped(adapter, _text(raw), ctx)
-    out = _run(adapter, text, ctx, cut)
+    out = _run(adapter, text, _dated(ctx, text), cut)
     return out, report(adapter, text, out)
+
+
+def _dated(ctx: Context, text: str) -> Context:
+    """`ctx` with the full date the payload states, where its year-less lines take their
+    year from (unless the shipper named the year)."""
+    from ingest.timestamps import stated_date
+
+    if ctx.year or ctx.reference is not None or not text:
+        return ctx
+    stated = stated_date(text)
+    return replace(ctx, reference=stated) if stated is not None else ctx
 
 
 def _text(raw: bytes | str) -> str:

@@ -16,9 +16,10 @@ from typing import Any
 from ingest.base import Adapter, Context, Reject, cap_lines, raw_evidence
 from ingest.canonical import ParseError
 
-LINE_ORDER = ("xid", "training-log", "slurmctld", "node-log")
+LINE_ORDER = ("xid", "training-log", "slurmctld", "node-log", "dcgm-exporter")
 """Specific before general: node-log also reads Xid lines; training-log only runs when the
-job is known (--project/--job)."""
+job is known (--project/--job); dcgm-exporter's samples pasted alone, without a scrape's
+`# HELP` lines, are lines too."""
 
 
 def _shape(doc: Any) -> str | None:
@@ -59,7 +60,7 @@ _TOOL_HEADERS = (
 def _text_tool(text: str) -> str | None:
     """The Slurm text tool a paste came from: the command at its top (`$ squeue --me`), or
     the tool's header in its first lines."""
-    from ingest.slurm_paste import unwrap
+    from ingest.slurm_paste import command_of, unwrap
 
     lines = [line for line in unwrap(text[:20000])[:60] if line.strip()]
     for line in lines[:4]:
@@ -67,6 +68,9 @@ def _text_tool(text: str) -> str | None:
         for tool, _ in _TOOL_HEADERS:
             if tool in first:
                 return tool
+    for line in lines:  # the command further down (`... queried with command: squeue -o`)
+        if (ran := command_of(line)) in ("sacct", "squeue", "sinfo"):
+            return ran
     for line in lines:
         words = {w.split("%")[0] for w in line.replace("|", " ").split()}
         for tool, headers in _TOOL_HEADERS:
@@ -75,13 +79,38 @@ def _text_tool(text: str) -> str | None:
     return None
 
 
+_SEGMENT_TOOLS = {"sacct", "squeue", "sinfo", "scontrol"}
+
+
+def _tool_segments(text: str) -> list[tuple[str, str]] | None:
+    """A paste of several Slurm tools (`squeue`, then `sinfo`), cut where each command
+    starts, so each table goes to its own reader; None for one tool's output."""
+    from ingest.slurm_paste import command_of
+
+    if sum(text.count(tool) for tool in _SEGMENT_TOOLS) < 2:
+        return None
+    lines = text.splitlines(keepends=True)
+    starts: list[tuple[int, str]] = []
+    for number, line in enumerate(lines[:5000]):
+        if (tool := command_of(line)) in _SEGMENT_TOOLS:
+            starts.append((number, tool))
+    if len({tool for _, tool in starts}) < 2:
+        return None
+    cuts = [0, *[n for n, _ in starts[1:]], len(lines)]
+    return [(tool, "".join(lines[a:b])) for (_, tool), a, b in
+            zip(starts, cuts, cuts[1:], strict=False)]
+
+
 def _kubectl(text: str) -> bool:
     """kubectl's human output (get tables, describe), or a YAML object / status fragment."""
-    from ingest import kubectl_text
+    from ingest import kubectl_describe, kubectl_text, kubeflow_logs
     from ingest.kubernetes import _DESCRIBE
 
     head = text[:20000]
-    if _DESCRIBE.search(head) or kubectl_text.has_states(head) or kubectl_text.is_table(head):
+    if kubeflow_logs.recognise(head):
+        return True
+    if _DESCRIBE.search(head) or kubectl_text.has_states(head) or kubectl_text.is_table(head) \
+            or kubectl_describe.is_node(head):
         return _text_tool(text) is None
     if re.search(r"(?m)^\s*(?:apiVersion|kind|phase|conditions|status):", head) is None:
         return False
@@ -129,7 +158,9 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
             return _tagged(adapters[name].parse(text, ctx), name)
     if stripped[:1] not in ("{", "[") and _IBSTAT.search(text[:20000]):
         return _tagged(adapters["ibstat"].parse(text, ctx), "ibstat")
-    if stripped[:1] not in ("{", "[") and _kubectl(text):
+    from ingest import kubeflow_logs
+
+    if (stripped[:1] not in ("{", "[") and _kubectl(text)) or kubeflow_logs.recognise(text):
         try:
             return _tagged(adapters["kubernetes"].parse(text, ctx), "kubernetes")
         except ParseError:
@@ -137,6 +168,14 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
     # past here the input is lines: no pattern reads more of one than the cap
     cap = min(adapters[name].max_line for name in LINE_ORDER)
     text, cut = cap_lines(text, cap, "auto", ctx.origin)
+    if (parts := _tool_segments(text)) is not None:
+        read: list[dict[str, Any] | Reject] = []
+        for name, part in parts:
+            try:
+                read.extend(_tagged(adapters[name].parse(part, ctx), name))
+            except ParseError:
+                continue  # a table with no state in it (`sinfo -o "%P %a %F"`): nothing
+        return [*read, *cut]
     if _SCONTROL.search(text[:20000]):
         try:
             return [*_tagged(adapters["scontrol"].parse(text, ctx), "scontrol"), *cut]
@@ -178,6 +217,9 @@ def parse(text: str, ctx: Context, adapters: dict[str, Adapter]) -> list[dict[st
         out.append(reject)
     out.extend(_needs_job(text, ctx, adapters["training-log"], claimed))
     out.extend(cut)
+    checks = [check for name in LINE_ORDER if (check := adapters[name].healthy) is not None]
+    if not out and any(check(text) for check in checks):
+        return []  # lines an adapter knows: nothing wrong in them
     if not out and text.strip():
         return [Reject("format", "no adapter recognised any line of this input (name one with "
                        "--format)", raw_evidence(text[:1000]))]

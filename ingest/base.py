@@ -42,6 +42,9 @@ class Context:
     """The zone of local times in lines (dmesg -T, syslog, glog)."""
     year: int | None = None
     """The year of lines that do not say it (syslog, glog); default: inferred."""
+    reference: datetime | None = None
+    """A full date the payload itself states (`timestamps.stated_date`): a year-less line
+    takes the year nearest it, not the year the paste was read in."""
     kind: str = ""
     """What a Kubernetes fragment without `kind` is (`PyTorchJob`, `Job`, ...)."""
 
@@ -63,6 +66,10 @@ class Adapter:
     formats: list[str] = field(default_factory=list)
     max_line: int = MAX_LINE
     """Longer lines are cut here (see `cap_lines`); line adapters only."""
+    healthy: Callable[[str], bool] | None = None
+    """Whether the text holds lines this adapter knows to say nothing is wrong (EDAC's
+    set-up lines, a health check that passed): `auto` then reads no event from them
+    instead of refusing them as a format it does not know."""
 
 
 def raw_evidence(payload: Any) -> str:

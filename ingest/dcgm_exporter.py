@@ -90,5 +90,12 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     return out
 
 
+def healthy(text: str) -> bool:
+    """Samples this adapter reads (a scrape where nothing is wrong is no event)."""
+    return any(_SAMPLE.match(line.strip()) for line in text[:200_000].splitlines()
+               if "DCGM_" in line)
+
+
 ADAPTER = Adapter("dcgm-exporter", parse, doc="dcgm-exporter /metrics samples (Xid, DBE ECC, "
-                  "temperature, clock event reasons, row-remap failure)", line_oriented=True)
+                  "temperature, clock event reasons, row-remap failure)", line_oriented=True,
+                  healthy=healthy)

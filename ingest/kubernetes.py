@@ -25,16 +25,15 @@ their status conditions (`ingest/kubernetes_conditions.py`).
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import yaml
 
-from ingest import kubectl_text, kubernetes_status
+from ingest import kubectl_describe, kubectl_text, kubeflow_logs, kubernetes_status
 from ingest import kubernetes_conditions as conditions
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError, loads
-from ingest.kubernetes_objects import _age, _event
+from ingest.kubernetes_objects import _event
 from ingest.redact import clip
 from schemas.documents import DocumentRefused, Limits, load_yaml_all
 
@@ -88,6 +87,10 @@ def _objects(text: str, kind: str = "") -> list[Any]:
             item = item["object"]  # a watch event
         if isinstance(item, dict) and isinstance(item.get("items"), list):
             out.extend(item["items"])
+        elif isinstance(item, dict) and not kind and not item.get("kind") and (
+                found := _fragment_kind(item)):
+            body = item if "status" in item else {"status": item}  # `status:` / `conditions:`
+            out.append({"kind": found, **body})
         elif isinstance(item, dict) and kind and not item.get("kind"):
             # a fragment the shipper named (--kind): a status, or the object without kind
             body = item if "status" in item else {"status": item}
@@ -97,39 +100,22 @@ def _objects(text: str, kind: str = "") -> list[Any]:
     return out
 
 
-_DESCRIBE = re.compile(r"(?m)^Events:\s*\n\s+Type\s+Reason\s+Age\s+From\s+Message\s*$")
-def describe_events(text: str, ctx: Context) -> list[dict[str, Any]]:
-    """The Events table of `kubectl describe pod|node|job`, as Event objects. Ages are
-    relative to when the table was printed: read time minus age (`time_source: relative`)."""
-    name = re.search(r"(?m)^Name:\s+(\S+)", text)
-    namespace = re.search(r"(?m)^Namespace:\s+(\S+)", text)
-    declared = re.search(r"(?m)^Kind:\s+(\w+)", text)
-    node_kind = "Node" if re.search(r"(?m)^Roles:|^Taints:", text) else (
-        declared[1] if declared else "Workload" if re.search(r"(?m)^\s+Normal\s+\S+\s.*"
-                                                             r"\skueue-", text) else "Pod")
-    table = _DESCRIBE.search(text)
-    assert table is not None
-    out: list[dict[str, Any]] = []
-    for n, line in enumerate(text[table.end():].splitlines()):
-        if set(line.strip()) <= set("- "):
-            continue
-        cols = re.split(r"\s{2,}", line.strip(), maxsplit=4)
-        if len(cols) < 5 or cols[0] not in ("Normal", "Warning"):
-            if line and not line.startswith(" "):
-                break  # the next section of describe
-            continue
-        kind, reason, age, source, message = cols
-        ago = _age(age)
-        when = ctx.observed_at - ago if ago is not None else ctx.observed_at
-        out.append({"kind": "Event", "type": kind, "reason": reason, "message": message,
-                    "_line": line,
-                    "lastTimestamp": when.isoformat(), "count": 1, "time_source": "relative",
-                    "source": {"component": source},
-                    "involvedObject": {"kind": node_kind, "name": name[1] if name else "",
-                                       "namespace": namespace[1] if namespace else ""},
-                    "metadata": {"uid": f"describe-{name[1] if name else ''}-{reason}-{n}-"
-                                        f"{age.split('(')[0].strip()}"}})
-    return out
+_KUEUE_CONDITIONS = {"QuotaReserved", "Admitted", "PodsReady", "Evicted", "Requeued",
+                     "Preempted", "Finished", "AdmissionChecksPending"}
+
+
+def _fragment_kind(item: dict[str, Any]) -> str:
+    """What a fragment pasted without `kind` (from `status:` or `conditions:` down) is, when
+    its conditions say it: Kueue's condition types are a Workload's."""
+    status = item.get("status") if isinstance(item.get("status"), dict) else item
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    types = {str(c.get("type")) for c in conditions or [] if isinstance(c, dict)}
+    return "Workload" if types and types <= _KUEUE_CONDITIONS | {"Deactivated"} and types & {
+        "QuotaReserved", "Admitted"} else ""
+
+
+_DESCRIBE = kubectl_describe.DESCRIBE
+describe_events = kubectl_describe.events
 
 
 def pod_status(status: dict[str, Any], i: int, ctx: Context) -> list[dict[str, Any] | Reject]:
@@ -172,9 +158,16 @@ def pod_status(status: dict[str, Any], i: int, ctx: Context) -> list[dict[str, A
 
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out: list[dict[str, Any] | Reject] = []
+    if kubeflow_logs.recognise(text):
+        return list(kubeflow_logs.records(text, ctx))  # the training operator's own log
+    described = text.lstrip()[:1] not in ("{", "[") and kubectl_describe.is_node(text)
+    if described:
+        out.extend(kubectl_describe.node_records(text, ctx))
     if _DESCRIBE.search(text):
         objects: list[Any] = describe_events(text, ctx)
         out.extend(kubectl_text.container_states(text.splitlines(), ctx))
+    elif described:
+        return out  # a describe node without its Events
     elif text.lstrip()[:1] not in ("{", "[") and (kubectl_text.is_table(text)
                                                  or kubectl_text.has_states(text)):
         return kubectl_text.records(text, ctx)  # kubectl's human output, not YAML

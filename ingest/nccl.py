@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingest import slurm_output, training_text
+from ingest import slurm_output, training_exits, training_steps, training_text
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
 from schemas.failure_text import classify
@@ -43,24 +43,19 @@ _NET_IB = re.compile(r"(?:(?<![\w.-])(?P<host>[\w.-]++):(?P<pid>\d++):(?P<tid>\d
                      r"NCCL WARN NET/IB ?: ?(?P<msg>.+)")
 _GLOBAL_RANK = re.compile(r"\[rank(\d{1,7})\]:")
 _IB_DEVICE = re.compile(r"\b(?P<ibdev>mlx5_\d+)(?::(?P<port>\d+))?")
-# progress in the frameworks' own words (NeMo and Lightning share Lightning's bar)
-_MEGATRON = re.compile(r"iteration\s+(?P<step>\d+)/\s*\d+ \|")
-_MEGATRON_MS = re.compile(r"elapsed time per iteration \(ms\): (?P<ms>[\d.]+)")
-_MEGATRON_LOSS = re.compile(r"lm loss: (?P<loss>[\d.]+(?:E[+-]\d+)?)", re.I)
-_LIGHTNING_STEP = re.compile(r"global_step=(?P<step>[\d.]+(?:e\+?\d+)?)")
-_LIGHTNING_LOSS = [re.compile(rf"\b{name}=(?P<loss>[\d.]+)") for name in (
-    "reduced_train_loss", "train_loss", "loss")]
-_DEEPSPEED = re.compile(r"\[Rank \d+\] step=(?P<step>\d+), skipped=\d+")
-_HF_BAR = re.compile(r"(?<!\d)(?P<step>\d++)/(?P<total>\d++) \[[\d:]++<[\d:?]++, ++(?P<rate>[\d.]+)"
-                     r"(?P<unit>s/it|it/s)")
 _MEGATRON_SAVE = re.compile(r"(?P<done>successfully )?saved? checkpoint (?:from|at) iteration\s+"
                             r"(?P<step>\d+) to (?P<path>\S+)", re.I)
 _MEGATRON_LOAD = re.compile(r"successfully loaded checkpoint from (?P<path>\S++).{0,400}?at "
                             r"iteration (?P<step>\d+)", re.I)
 _NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)?)Error)|"
                        r"NCCL watchdog thread terminated with exception: (?P<what>.{1,300})")
+# PyTorch <= 2.0: `Tried to allocate 20.00 MiB (GPU 0; 79.15 GiB total capacity; ...`; 2.1:
+# `Tried to allocate 20.00 MiB. GPU 0 has a total capacty of 79.15 GiB` (sic); 2.2+ `capacity`
 _OOM = re.compile(r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]iB))?"
-                  r"(?:.*?\(GPU (?P<gpu>\d+))?")
+                  r"(?:.{0,400}?(?:\(GPU |\bGPU )(?P<gpu>\d+)(?:;| has a total))?")
+_KERNEL_OOM = re.compile(r"oom-kill:constraint=|[Oo]ut of memory: Kill(?:ed)? process \d|"
+                         r"invoked oom-killer|oom_reaper: reaped|\boom_kill_process|"
+                         r"out_of_memory\+0x")
 _ROOT = re.compile(r"Root Cause \(first observed failure\)")
 _KV = re.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<v>.+?)\s*$")
 _AGENT_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) "
@@ -77,7 +72,6 @@ _LOAD = re.compile(r"(?:Restoring states from the checkpoint path at|Loading che
                    r"Restoring model weights from RestoreConfig\(path=)\s*'?(?P<path>[^'\s]+)'?",
                    re.I)
 _STEP_IN = re.compile(r"(?:global[ _]step|step|checkpoint|iter)[=_ -]?(?P<step>\d+)", re.I)
-_PROGRESS = re.compile(r"(?:^|\s)step=(?P<step>\d+)(?P<rest>(?:\s+\w+=\S+)*)")
 
 
 def _time(line: str, ctx: Context) -> tuple[str, str]:
@@ -95,21 +89,18 @@ _NEIGHBOURS = 200
 """How far (lines) an untimed line looks for a timed neighbour in its file."""
 
 
-def _num(value: str) -> float | None:
-    try:
-        return float(value.rstrip("s"))
-    except ValueError:
-        return None
-
-
 class _Lines:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.out: list[dict[str, Any] | Reject] = []
-        self.fallback: str | None = None
-        """The time of the stamped piece before this one on the same physical line."""
+        self.fallback: tuple[str, str] | None = None
+        """The time (and its source) of the nearest stamped piece before this one on the
+        same physical line."""
         self.checkpoints: set[tuple[str, int, str]] = set()
-        self.bar_step: int | None = None
+        self.progress = training_steps.Progress()
+        self.earlier_only: set[int] = set()
+        """Records (by id) that may take a time from a line before theirs, never after: a
+        bar is drawn after what it counts, so a later line's time is not its time."""
         self.index = 0
         """The line being read (0-based): a record without a time of its own remembers it."""
         self.untimed: list[tuple[dict[str, Any], int]] = []
@@ -128,9 +119,11 @@ class _Lines:
                 return  # the same checkpoint in another line (NeMo's async finalisation,
                 # DeepSpeed's one load per rank file)
             self.checkpoints.add(key)
+            if type_ == "checkpoint.restored":
+                self.progress.restart()
         when, source = (time, "line") if time else _time(line, self.ctx)
         if source == "observed" and self.fallback:
-            when, source = self.fallback, "line"
+            when, source = self.fallback
         record: dict[str, Any] = {
             "type": type_, "time": when, "severity": severity, "project": self.ctx.project,
             "job_id": self.ctx.job_id, "message": clip(line.strip(), 500),
@@ -141,8 +134,12 @@ class _Lines:
         node = node or self.ctx.node or None
         record.update({k: v for k, v in (("scope", scope), ("entity", entity), ("node", node))
                        if v})
+        if type_ == "job.step" and self.progress.merge(record):
+            return  # a step already read (a bar redrawn, a step's second log line)
         if source == "observed":
             self.untimed.append((record, self.index))
+            if type_ == "job.step":
+                self.earlier_only.add(id(record))
         self.out.append(record)
 
     def place(self, lines: list[str]) -> None:
@@ -159,9 +156,14 @@ class _Lines:
             return cache[n]
 
         for record, index in self.untimed:
+            if record["attributes"].get("time_source") != "observed":
+                continue  # a later line of the same step gave it its time
             before = range(index - 1, max(-1, index - 1 - _NEIGHBOURS), -1)
             after = range(index + 1, min(len(lines), index + 1 + _NEIGHBOURS))
-            for where, span in (("previous_line", before), ("next_line", after)):
+            spans = [("previous_line", before)]
+            if id(record) not in self.earlier_only:
+                spans.append(("next_line", after))
+            for where, span in spans:
                 found = next((n for n in span if timed(n) is not None), None)
                 if found is not None:
                     record["time"] = cache[found]
@@ -227,34 +229,6 @@ def _exit_record(sink: _Lines, block: str, root: bool, kv: dict[str, str]) -> No
               node=kv.get("host"), time=when)
 
 
-def _framework_step(line: str) -> dict[str, Any] | None:
-    """A progress line in Megatron's, Lightning's (NeMo's), DeepSpeed's or a tqdm bar's words
-    (Hugging Face Trainer): step, and loss and step time when it says."""
-    if m := _MEGATRON.search(line):
-        out: dict[str, Any] = {"step": int(m.group("step"))}
-        if ms := _MEGATRON_MS.search(line):
-            out["step_time_s"] = float(ms.group("ms")) / 1000
-        if loss := _MEGATRON_LOSS.search(line):
-            out["loss"] = float(loss.group("loss"))
-        return out
-    if m := _LIGHTNING_STEP.search(line):
-        out = {"step": int(float(m.group("step")))}
-        for pattern in _LIGHTNING_LOSS:
-            if found := pattern.search(line):
-                out["loss"] = float(found.group("loss"))
-                break
-        return out
-    if m := _DEEPSPEED.search(line):
-        return {"step": int(m.group("step"))}
-    if (m := _HF_BAR.search(line)) and "%|" in line:
-        rate = float(m.group("rate"))
-        out = {"step": int(m.group("step"))}
-        if rate:
-            out["step_time_s"] = rate if m.group("unit") == "s/it" else round(1 / rate, 6)
-        return out
-    return None
-
-
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     if not (ctx.project and ctx.job_id):
         return [Reject("job_id", "training logs need the shipper to name project and job "
@@ -274,9 +248,10 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         if i > 1 and physical[i - 1] == physical[i - 2]:
             own, source = _time(lines[i - 2], ctx)  # glued by \r to the piece before
             if source != "observed":
-                sink.fallback = own
+                sink.fallback = (own, source)  # else the one before that keeps its place
         else:
             sink.fallback = None
+        sink.progress.mark(line)
         if "ChildFailedError" in line or _ROOT.search(line) or line.strip() == "Failures:":
             entries, end = _child_failed(lines, i - 1)
             if entries:
@@ -300,6 +275,9 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             if code < 0:
                 attrs["signal"] = _SIGNAL_NAMES.get(-code, f"signal {-code}")
             sink.emit(line, "job.worker_exited", attrs, severity="error")
+        elif (failed := training_exits.read(line)) is not None:
+            sink.emit(line, failed.type, failed.attributes, severity="error",
+                      node=failed.node or None)
         elif match := _WATCHDOG.search(line):
             attrs = {"op_type": match.group("op")}
             for key, group in (("rank", "rank"), ("seq_num", "seq"), ("timeout_ms", "timeout"),
@@ -328,7 +306,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             rank = _GLOBAL_RANK.search(line)
             attrs = {**exc[1], **({"rank": int(rank.group(1))} if rank else {})}
             sink.emit(line, exc[0], attrs, severity="error")
-        elif classify(line) == "oom":  # the detector reads exits with the same classifier
+        elif classify(line) == "oom" and not _KERNEL_OOM.search(line):
+            # (the kernel's OOM killer is the node's log: node-log reads it, pid and task)
             attrs = {"kind": "cuda" if "CUDA" in line or "cuda" in line else "host"}
             if (match := _OOM.search(line)) and match.group("size"):
                 attrs["requested"] = match.group("size")
@@ -367,23 +346,15 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 "path": path}, scope="path", entity=path)
         elif (numbers := training_text.loss_dict(line)) is not None:
             at = numbers.pop("step", None)
-            at = sink.bar_step if at is None else at
+            at = sink.progress.bar_step if at is None else at
+            if numbers.pop("evaluation", False):
+                continue  # an evaluation's metrics, not a training step's
             if at is None:
                 stepless.append(line)
                 continue
             sink.emit(line, "job.step", {"step": at, **numbers})
-        elif progress := _framework_step(line):
-            if "%|" in line:
-                sink.bar_step = progress["step"]
+        elif progress := sink.progress.step(line):
             sink.emit(line, "job.step", progress)
-        elif match := _PROGRESS.search(line):
-            attrs = {"step": int(match.group("step"))}
-            for pair in match.group("rest").split():
-                key, _, value = pair.partition("=")
-                number = _num(value)
-                if key in ("loss", "step_time", "samples_per_s") and number is not None:
-                    attrs["step_time_s" if key == "step_time" else key] = number
-            sink.emit(line, "job.step", attrs)
     sink.place(lines)
     if stepless:
         sink.out.append(Reject("attributes.step", f"{len(stepless)} Trainer loss dict(s) "

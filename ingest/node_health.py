@@ -15,7 +15,13 @@ _SXID = re.compile(r"SXid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<sxid>\d+), (?P<se
 _FM = re.compile(r"detected NVSwitch (?P<sev>non-fatal|fatal) error (?P<sxid>\d+) .*?pci bus id "
                  r"(?P<pci>[0-9a-fA-F:.]+)(?:.*?port (?P<port>\d+))?", re.I)
 _PANIC = re.compile(r"Kernel panic - not syncing: (?P<why>.+)")
-_OOM_KILL = re.compile(r"Out of memory: Killed process (?P<pid>\d+) \((?P<proc>[^)]+)\)")
+# a process name is read whole, parentheses in it too: systemd names a service's process
+# before exec `(resolved)`, which the kernel prints `Killed process 15925 ((resolved))`
+_OOM_KILL = re.compile(r"(?P<cgroup>Memory cgroup )?[Oo]ut of memory: Kill(?:ed)? process "
+                       r"(?P<pid>\d{1,10}) \((?P<proc>[^\n]{1,64}?)\)(?=[\s,]|$)")
+_OOM_CONSTRAINT = re.compile(r"oom-kill:constraint=(?P<constraint>\w{1,40}),[^\n]{0,600}?"
+                             r"(?:task_memcg=(?P<memcg>[^,\s]{0,400}),)?task=(?P<proc>[^,\n]{1,64}),"
+                             r"pid=(?P<pid>\d{1,10})")
 _SEGV = re.compile(r"(?<![\w.-])(?P<proc>[\w.-]++)\[(?P<pid>\d+)\]: segfault at \w+ ip \w+ sp "
                    r"\w+ error \d+"
                    r"(?: in (?P<lib>[^\[\s]+))?")
@@ -81,8 +87,15 @@ def node_fault(body: str, node: str, ctx: Context) -> dict[str, Any] | None:
     job = {"project": ctx.project, "job_id": ctx.job_id,
            **({"attempt": ctx.attempt} if ctx.attempt is not None else {})} \
         if ctx.project and ctx.job_id else None
-    if m := _OOM_KILL.search(body):
+    if m := _OOM_KILL.search(body) or _OOM_CONSTRAINT.search(body):
         attrs = {"kind": "host", "pid": int(m.group("pid")), "process": m.group("proc")}
+        found = m.groupdict()
+        if found.get("constraint"):
+            attrs["constraint"] = found["constraint"]
+        if found.get("memcg"):
+            attrs["memcg"] = found["memcg"]
+        if found.get("cgroup"):
+            attrs["constraint"] = "CONSTRAINT_MEMCG"
         if job:
             return {"type": "job.oom", "scope": "node", "entity": node, "severity": "error",
                     **job, "attributes": attrs}
@@ -140,10 +153,11 @@ def dcgm_diag(lines: list[str], ctx: Context, ref: str) -> list[dict[str, Any] |
     width = max(0, len(border.rstrip("+").split("+")[-1]) - 3)  # less the cell's padding
     found: list[dict[str, Any]] = []
     group: list[dict[str, Any]] = []  # the entries of the last failed row (its GPUs)
+    last_test = ""
     for line in lines:
         if m := _DIAG_ROW.match(line.strip()):
-            test = m.group("test").strip()
-            if test.lower() in ("warning", "info"):
+            test = m.group("test").strip() or last_test  # `|  | Fail - GPU: 0 |`: its test's
+            if test.lower() in ("warning", "info") or not test:
                 continue
             gpus = re.findall(r"\d+", m.group("gpus") or "") or ["all"]
             group = [{"gpu": gpu, "system": test.lower().replace(" ", "_").replace("/", "_"),
@@ -161,6 +175,8 @@ def dcgm_diag(lines: list[str], ctx: Context, ref: str) -> list[dict[str, Any] |
                 item["message"].append(_cell(line))
         elif row:
             group = []
+        if row and row.group("left") not in ("", "Warning", "Info", "Error"):
+            last_test = row.group("left")
     out: list[dict[str, Any] | Reject] = []
     for item in found:
         message = _cell_join(item.pop("message"), width) or \
@@ -215,9 +231,15 @@ def health_json(line: str, ctx: Context) -> dict[str, Any] | None:
 def table(table: list[str], ctx: Context, ref: str) -> list[dict[str, Any] | Reject]:
     if any("Health Monitor Report" in row for row in table):
         return dcgm_health(table, ctx, ref)
-    if any(re.match(r"^\|\s*Diagnostic\s*\|\s*Result", row) for row in table):
+    if any(re.match(r"^\|\s*Diagnostic\s*\|\s*Result", row) for row in table) or any(
+            _DIAG_ROW.match(row) for row in table):  # rows pasted without their header
         return dcgm_diag(table, ctx, ref)
     return []
+
+
+def two_cells(line: str) -> bool:
+    """A `| left | right |` row (DCGM's tables), pasted without the table around it."""
+    return len(line) < 2000 and _DCGM_ROW.match(line) is not None
 
 
 _HUNG = re.compile(r"INFO: task (?P<proc>\S{1,64}?):(?P<pid>\d{1,9}) blocked for more than "

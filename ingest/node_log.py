@@ -35,9 +35,10 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from ingest import gpu_health, node_health, xid
+from ingest import gpu_health, host_hardware, nhc, node_health, xid
 from ingest.base import Adapter, Context, Reject, line_time, raw_evidence
 from ingest.redact import clip
+from ingest.timestamps import local_time
 
 _MLX_LINK = re.compile(r"mlx5_core (?P<pci>[0-9a-f:.]++) (?P<iface>\w++): (?:Port: (?P<port>\d+) )?"
                        r"Link (?P<state>up|down|ACTIVE|DOWN|INIT|ARMED|DOWN_DEFER)\b", re.I)
@@ -217,6 +218,24 @@ def _line(line: str, ctx: Context, ref: str) -> dict[str, Any] | Reject | None:
     return {**record, "time": time, "node": node, "message": line.strip()[-500:]}
 
 
+def _merged_kill(kills: dict[tuple[str, int], dict[str, Any]], record: dict[str, Any]) -> bool:
+    """Whether `record` is the kernel's second line of an OOM kill already read (its
+    `oom-kill:constraint=...,task=python,pid=N` line and `Out of memory: Killed process N
+    (python)`): then what it adds goes on the first."""
+    attrs = record["attributes"]
+    if attrs.get("kind") != "host" or "pid" not in attrs or "process" not in attrs:
+        return False
+    key = (str(record.get("node")), int(attrs["pid"]))
+    held = kills.get(key)
+    if held is None:
+        kills[key] = record
+        return False
+    for name, value in attrs.items():
+        held["attributes"].setdefault(name, value)
+    held["attributes"]["raw"] = raw_evidence(f"{held['attributes']['raw']}\n{attrs['raw']}")
+    return True
+
+
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out: list[dict[str, Any] | Reject] = []
     if (events := gpu_health.health_events(text, ctx)) is not None:
@@ -233,6 +252,9 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     used |= smi_used
     fabric: set[tuple[str, str]] = set()  # (node, minute): one Fabric Manager failure
     gone: set[tuple[str, str]] = set()  # (GPU, minute): one GPU off the bus
+    kills: dict[tuple[str, int], dict[str, Any]] = {}  # (node, pid): one OOM kill
+    hardware = host_hardware.HostHardware(lambda line: _when(line, ctx), ctx.node)
+    checks = nhc.Nhc(lambda line: _when(line, ctx), ctx.node, lambda t: local_time(t, ctx))
     table: list[str] = []
     start = 0
     for number, line in enumerate(lines, start=1):
@@ -242,7 +264,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         stripped = line.strip()
         if stripped.startswith(("|", "+")) and (table or "Health Monitor Report" in stripped
                                                  or "Diagnostic" in stripped
-                                                 or stripped.startswith("+")):
+                                                 or stripped.startswith("+")
+                                                 or node_health.two_cells(stripped)):
             if not table:
                 start = number
             table.append(stripped)
@@ -261,6 +284,12 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         if "NVRM: Xid" in line:
             out.extend(xid.parse(line, replace(ctx, origin=ref)))
             continue
+        if ("AER" in line or "PCIe Bus Error" in line or "EDAC" in line or "pcieport" in line) \
+                and hardware.read(line):
+            continue
+        if ("nhc" in line or "Health check failed" in line or "XID errors" in line) \
+                and checks.read(line):
+            continue
         # the Xid-less reports, over one line or several (once per GPU and minute)
         if ("fallen off the bus" in line and (lost := xid.off_the_bus(lines, number, ctx))
                 is not None) or ("_kgsp" in line and (lost := xid.gsp_timeout(lines, number, ctx))
@@ -275,6 +304,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 out.append(hung)
                 continue
         record = _line(line, ctx, ref)
+        if isinstance(record, dict) and _merged_kill(kills, record):
+            continue  # the kernel's second line of one OOM kill (oom-kill:, Killed process)
         if isinstance(record, dict) and record["attributes"].get("system") == "fabric_manager":
             key = (str(record.get("node")), str(record["time"])[:16])
             if key in fabric:
@@ -286,8 +317,23 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             out.append(record)
     if table:
         out.extend(node_health.table(table, ctx, f"{ctx.origin}:{start}"))
+    for record in [*checks.records, *hardware.records]:
+        out.append(record if record["node"] else Reject(
+            "node", f"{record['type']}: no host in the line and none given by the shipper",
+            str(record["attributes"]["raw"])))
     return out
 
 
+_HEALTHY = re.compile(r"EDAC (?:\w{1,20} )?(?:MC\d{1,3}|\w{1,20}): (?:Giving out device|"
+                      r"[^\n]{0,80}?(?:detected|ECC (?:disabled|enabled)))|"
+                      r"AER: enabled with IRQ|Node Health Check (?:completed|passed)")
+
+
+def healthy(text: str) -> bool:
+    """Lines this adapter knows and that report nothing wrong (EDAC and AER set-up)."""
+    return _HEALTHY.search(text[:200_000]) is not None
+
+
 ADAPTER = Adapter("node-log", parse, doc="Node and infrastructure logs: Xid, DCGM health, "
-                  "mlx5/IB links, Lustre/LNet, NFS, GPFS, S3 SlowDown", line_oriented=True)
+                  "mlx5/IB links, Lustre/LNet, NFS, GPFS, S3 SlowDown", line_oriented=True,
+                  healthy=healthy)

@@ -80,8 +80,9 @@ def is_prompt(line: str) -> bool:
 
 
 def _flags(command: str, tool: str) -> dict[str, str]:
-    """The flags of the `tool ...` command in a pasted line (after any prompt)."""
-    tokens = command.split()
+    """The flags of the `tool ...` command in a pasted line (after any prompt); a quoted
+    value holds its blanks (`-o "%.18i %.2t %R"`)."""
+    tokens = _tokens(command)
     if tool not in tokens:
         return {}
     tokens = tokens[tokens.index(tool) + 1:]
@@ -101,6 +102,38 @@ def _flags(command: str, tool: str) -> dict[str, str]:
         if name == "|":
             break
     return out
+
+
+def _tokens(command: str) -> list[str]:
+    import shlex
+
+    text = command[:4000].replace("\u201c", '"').replace("\u201d", '"')
+    try:
+        return shlex.split(text)
+    except ValueError:  # an unclosed quote: the words as they are
+        return text.split()
+
+
+_TOOLS = ("sacct", "squeue", "sinfo", "scontrol", "sbatch", "srun", "salloc", "scancel")
+
+
+def command_of(line: str) -> str:
+    """The Slurm tool a pasted line runs (`$ sinfo -p gpu`, `[u@h ~]$ squeue -u u`, a bare
+    `sacct --format=...`), else ''."""
+    if len(line) > 4000:
+        return ""
+    words = line.split()
+    for i, word in enumerate(words[:12]):
+        if word in _TOOLS and (i == 0 or is_prompt(" ".join(words[:i])) or (
+                i + 1 < len(words) and words[i + 1].startswith("-"))):
+            return word  # at the start, after a prompt, or with its flags after it
+    return ""
+
+
+def _ends(line: str, tool: str) -> bool:
+    """Whether `line` runs another Slurm tool, whose output is not this table's."""
+    ran = command_of(line) if len(line) < 4000 and any(t in line for t in _TOOLS) else ""
+    return bool(ran) and ran != tool
 
 
 def _canonical(name: str) -> str:
@@ -126,7 +159,7 @@ def _cut(line: str, spans: list[tuple[int, int]]) -> list[str]:
 
 
 def _header_index(lines: list[str], tool: str, required: tuple[str, ...],
-                  limit: int = 50) -> int | None:
+                  limit: int = 50, delimiter: str = "") -> int | None:
     """The first line naming every `required` column; on the command line itself only as
     bare words (`sinfo -R REASON USER ...`), never inside a flag (`--format=JobID,State`)."""
     wanted = {r.lower() for r in required}
@@ -134,7 +167,8 @@ def _header_index(lines: list[str], tool: str, required: tuple[str, ...],
         if tool in line.split():
             words = {w.lower() for w in line.split() if not w.startswith("-") and "=" not in w}
         else:
-            words = {_canonical(w).lower() for w in re.split(r"[\s|,;]+", line) if w}
+            cells = line.split(delimiter) if delimiter else re.split(r"[\s|,;]+", line)
+            words = {_canonical(w).lower() for w in cells if w.strip()}
         if wanted <= words:
             return i
     return None
@@ -144,9 +178,12 @@ def table(text: str, tool: str, required: tuple[str, ...],
           default: list[str] | None = None) -> Table | None:
     """The rows of `tool`'s table in `text`, or None when nothing in it looks like one."""
     lines = unwrap(text)
-    at = _header_index(lines, tool, required)
+    first = next((line for line in lines[:50] if command_of(line) == tool), "")
+    custom = _flags(first, tool).get("--delimiter", "") if first else ""
+    at = _header_index(lines, tool, required, delimiter=custom)
     commands = [line for line in lines[:at if at is not None else 50]
-                if tool in line.split()]
+                if command_of(line) == tool] or [
+        line for line in lines[:at if at is not None else 50] if tool in line.split()]
     flags = _flags(commands[-1], tool) if commands else {}
     delimiter = flags.get("--delimiter") or ("|" if {"-P", "--parsable2", "--parsable", "-p"}
                                             & set(flags) and tool == "sacct" else "")
@@ -155,10 +192,10 @@ def table(text: str, tool: str, required: tuple[str, ...],
         header_words = lines[at].split()
         columns = header_words[next(i for i, w in enumerate(header_words)
                                     if w.lower() == required[0].lower()):]
-        return _by_words(lines, at, columns, flags, tail=True)
+        return _by_words(lines, at, columns, flags, tail=True, tool=tool)
     if at is None:
-        columns = [_canonical(c) for c in re.split(r"[,]", flags.get("--format", "")
-                                                   or flags.get("-o", "")) if c.strip()]
+        columns, separator = _format_columns(flags, tool)
+        delimiter = delimiter or separator
         if tool == "sacct" and not columns:
             columns = SACCT_BRIEF if ({"-b", "--brief"} & set(flags)) else list(
                 default or SACCT_DEFAULT)
@@ -178,8 +215,11 @@ def table(text: str, tool: str, required: tuple[str, ...],
         columns = [_canonical(c) for c in header.rstrip().rstrip(delimiter).split(delimiter)]
         out = Table(columns, flags=flags, header_line=at + 1)
         for number, line in enumerate(lines[at + 1:], start=at + 2):
-            if not line.strip() or is_prompt(line):
-                continue
+            if _ends(line, tool):
+                break  # another tool's command: its own table
+            if not line.strip() or is_prompt(line) or _row_line(line, columns,
+                                                                delimiter) is None:
+                continue  # (prose, a Markdown fence: no row)
             cells = line.rstrip().split(delimiter)
             if len(cells) == len(columns) + 1 and cells[-1] == "":
                 cells = cells[:-1]  # `--parsable` ends every line with the delimiter
@@ -193,21 +233,25 @@ def table(text: str, tool: str, required: tuple[str, ...],
         columns = [_canonical(c) for c in _cut(header, spans)]
         out = Table(columns, flags=flags, header_line=at + 1)
         for number, line in enumerate(lines[at + 2:], start=at + 3):
-            if not line.strip() or is_prompt(line):
+            if _ends(line, tool):
+                break  # another tool's command: its own table
+            if not line.strip() or is_prompt(line) or _row_line(line, columns) is None:
                 continue
             out.rows.append((number, line, dict(zip(columns, _cut(line, spans),
                                                    strict=True))))
         return out
-    return _by_words(lines, at, [_canonical(w) for w in header.split()], flags)
+    return _by_words(lines, at, [_canonical(w) for w in header.split()], flags, tool=tool)
 
 
 def _by_words(lines: list[str], at: int, columns: list[str], flags: dict[str, str],
-              tail: bool = False) -> Table:
+              tail: bool = False, tool: str = "") -> Table:
     """Rows split on blanks; the first column may hold blanks when every other column is
     one word (`sinfo -R`'s REASON) - `tail` - else the last one may (squeue's reasons)."""
     out = Table(columns, flags=flags, header_line=at + 1)
     for number, line in enumerate(lines[at + 1:], start=at + 2):
-        if not line.strip() or is_prompt(line):
+        if _ends(line, tool):
+            break  # another tool's command: its own table
+        if not line.strip() or is_prompt(line) or _row_line(line, columns) is None:
             continue
         words = line.split()
         if tail or (columns and columns[0].upper() == "REASON"):
@@ -227,13 +271,62 @@ def _by_words(lines: list[str], at: int, columns: list[str], flags: dict[str, st
     return out
 
 
+_SQUEUE_CODES = {"i": "JOBID", "A": "JOBID", "F": "ARRAY_JOB_ID", "K": "ARRAY_TASK_ID",
+                 "P": "PARTITION", "j": "NAME", "u": "USER", "a": "ACCOUNT", "q": "QOS",
+                 "t": "ST", "T": "STATE", "M": "TIME", "l": "TIME_LIMIT", "L": "TIME_LEFT",
+                 "D": "NODES", "C": "CPUS", "R": "NODELIST(REASON)", "N": "NODELIST",
+                 "r": "REASON", "V": "SUBMIT_TIME", "S": "START_TIME", "e": "END_TIME",
+                 "Q": "PRIORITY", "p": "PRIORITY", "k": "COMMENT", "b": "TRES_PER_NODE",
+                 "m": "MIN_MEMORY", "Z": "WORK_DIR", "o": "COMMAND", "g": "GROUP"}
+_SQUEUE_CODE = re.compile(r"%[.-]?\d{0,4}([A-Za-z])")
+_JOB_ID = re.compile(r"^\d{1,12}(?:[_.+][\w\[\]\-,.+%]{0,400})?$")
+_ID_COLUMNS = {"jobid", "jobidraw", "job_id"}
+
+
+def _format_columns(flags: dict[str, str], tool: str) -> tuple[list[str], str]:
+    """The columns a pasted command's format names, and the separator it prints between
+    them: sacct's `--format=JobIdRaw,State` (widths `%20` taken off); squeue's `-o "%.18i
+    %.2t %R"` (its codes, named as squeue's header names them; a `|` between them is the
+    delimiter) or `-O jobid,state`."""
+    if tool == "squeue":
+        fmt = flags.get("--format") or flags.get("-o") or ""
+        if "%" in fmt:
+            codes = _SQUEUE_CODE.findall(fmt)
+            return [_SQUEUE_CODES.get(c, c) for c in codes], \
+                "|" if "|" in _SQUEUE_CODE.sub("", fmt) else ""
+        fmt = flags.get("--Format") or flags.get("-O") or ""
+        return [_canonical(c.split(":")[0]).upper() for c in fmt.split(",") if c.strip()], ""
+    fmt = flags.get("--format", "") or flags.get("-o", "")
+    return [_canonical(c) for c in fmt.split(",") if c.strip()], ""
+
+
+def _row_line(line: str, columns: list[str], delimiter: str = "") -> str | None:
+    """A line of a headerless table as the tool printed it, or None when it is not one
+    (prose around the paste, a log line, the `'` of a Python repr): a table led by a job
+    id column has a job id first. A repr's opening quote is taken off."""
+    text = line.strip()
+    if text[:1] in ("'", '"') and text[1:2].isdigit():
+        line = line.replace(text[0], "", 1)
+        text = text[1:]
+    if not columns or columns[0].lower() not in _ID_COLUMNS:
+        return line
+    first = text.split(delimiter, 1)[0].strip() if delimiter else re.split(
+        r"[\s|,;]", text, maxsplit=1)[0]
+    return line if _JOB_ID.match(first) else None
+
+
 def _headerless(lines: list[str], start: int, columns: list[str], flags: dict[str, str],
                 delimiter: str, tool: str) -> Table:
     out = Table(columns, flags=flags)
     widths = [_SACCT_WIDTHS.get(c, 0) for c in columns]
     for number, line in enumerate(lines[start:], start=start + 1):
+        if _ends(line, tool):
+            break  # another tool's command: its own table
         if not line.strip() or is_prompt(line) or tool in line.split():
             continue
+        if (row := _row_line(line, columns, delimiter)) is None:
+            continue  # prose, not a row: a skipped line, never a job id
+        line = row
         if delimiter or (tool == "sacct" and "|" in line):
             cells = line.rstrip().split(delimiter or "|")
             if len(cells) == len(columns) + 1 and cells[-1] == "":

@@ -37,6 +37,7 @@ _SACCT_FIELDS = {"JobID": "JobId", "JobName": "JobName", "Partition": "Partition
 
 
 _SACCT_NAMES = {name.lower(): name for name in (*_SACCT_FIELDS, "State", "DerivedExitCode")}
+_SACCT_NAMES["jobidraw"] = "JobIDRaw"
 _TIMES = (("Submit", "submission"), ("Start", "start"), ("End", "end"))
 
 
@@ -53,7 +54,8 @@ def parse_sacct(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     out: list[dict[str, Any] | Reject] = []
     for i, (number, row, cells) in enumerate(found.rows, start=1):
         row_fields = {_SACCT_NAMES.get(k.lower(), k): v.strip() for k, v in cells.items()}
-        job = row_fields.get("JobID") or (only if only.isdigit() else "")
+        job = row_fields.get("JobID") or row_fields.get("JobIDRaw") or (
+            only if only.isdigit() else "")
         if not job:
             out.append(Reject("JobID", "a sacct row without a JobID column (and no single "
                               "`-j` job in the command)", raw_evidence(row),
@@ -73,6 +75,20 @@ def parse_sacct(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     for number, row in found.bad:
         out.append(Reject("row", f"does not fit the {len(found.columns)} columns of the "
                           "header", raw_evidence(row), f"{ctx.origin}:{number}"))
+    return _once(out)
+
+
+def _once(records: list[dict[str, Any] | Reject]) -> list[dict[str, Any] | Reject]:
+    """The same table pasted twice (a tool polled in a loop, its output logged each time)
+    is one event per id."""
+    seen: set[str] = set()
+    out: list[dict[str, Any] | Reject] = []
+    for record in records:
+        key = str(record.get("id") or "") if isinstance(record, dict) else ""
+        if key and key in seen:
+            continue
+        seen.add(key)
+        out.append(record)
     return out
 
 
@@ -142,7 +158,9 @@ def parse_squeue(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             base["attempt"] = ctx.attempt
         attributes: dict[str, Any] = {"raw": raw_evidence(row)}
         if state in ("PD", "PENDING"):
-            reason = where.strip("()") or "None"
+            reason, cut = _reason(where)
+            if cut:
+                attributes["reason_truncated"] = True
             when, source = ctx.observed_at.isoformat(), "observed"
             if col.get("SUBMIT_TIME") not in (None, "N/A"):
                 when, source = local_time(col["SUBMIT_TIME"], ctx), "line"
@@ -166,7 +184,20 @@ def parse_squeue(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                         "severity": "info",
                         "attributes": {**attributes, "nodes": nodes,
                                        "time_source": source if start else "observed"}})
-    return out
+    return _once(out)
+
+
+def _reason(cell: str) -> tuple[str, bool]:
+    """squeue's `(Reason)`, and whether the column's width cut it: `(Resources,` is
+    `Resources`; `(ReqNodeNotAvail, UnavailableNodes:node[01-0` keeps the words it shows
+    whole, `ReqNodeNotAvail, UnavailableNodes`, not a half hostlist."""
+    text = cell.strip()
+    if not text.startswith("(") or text.endswith(")"):
+        return text.strip("()") or "None", False
+    items = [item.strip() for item in text[1:].split(",")]
+    if items and items[-1].count("[") > items[-1].count("]"):
+        items[-1] = items[-1].rsplit(":", 1)[0] if ":" in items[-1] else ""
+    return ", ".join(item for item in items if item) or "None", True
 
 
 _DOWN = ("down", "fail", "failing", "no_respond", "not_responding")

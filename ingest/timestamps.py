@@ -23,8 +23,10 @@ tests/fixtures/logs/SOURCES.md):
 boot placed by the boot time) or `observed` (no time in the line: when it was read).
 
 A local time (no zone) is in the context's time zone (`--tz`, default UTC). A year the line
-does not say is the context's (`--year`), else the year of when it was read, one less when
-that would put the line more than a day in the future (December's lines read in January).
+does not say is the context's (`--year`), else the one that puts it nearest the first full
+date a line of the same paste starts with (`Context.reference`: an ISO time, dmesg -T's
+ctime), else the year of when it was read, one less when that would put the line more than
+a day in the future (December's lines read in January).
 Seconds since boot need the boot time (`--boot-time`, or `btime` from /proc/stat); without
 it the line is stamped when it was read (the offset is on the `Stamp`), flagged
 `time_source: observed`.
@@ -50,6 +52,8 @@ class Context(Protocol):
     def tz(self) -> str: ...
     @property
     def year(self) -> int | None: ...
+    @property
+    def reference(self) -> datetime | None: ...
 
 
 _MONTHS = {m: i for i, m in enumerate(
@@ -118,6 +122,9 @@ def _zone(ctx: Context) -> ZoneInfo:
 def _year(ctx: Context, month: int, day: int) -> int:
     if ctx.year:
         return ctx.year
+    if (ref := ctx.reference) is not None:
+        return min((ref.year - 1, ref.year, ref.year + 1),
+                   key=lambda y: abs((_date(y, month, day) - ref).days))
     year = ctx.observed_at.year
     try:
         if datetime(year, month, day, tzinfo=UTC) > ctx.observed_at + timedelta(days=1):
@@ -125,6 +132,35 @@ def _year(ctx: Context, month: int, day: int) -> int:
     except ValueError:  # 29 February of a year that has none: the previous leap year's
         return year - 1
     return year
+
+
+def _date(year: int, month: int, day: int) -> datetime:
+    try:
+        return datetime(year, month, day)
+    except ValueError:  # 29 February of a year that has none: never the nearest
+        return datetime(year, 1, 1) + timedelta(days=3660)
+
+
+_STATED = re.compile(r"(?m)^[ \t>]{0,8}+\[?(?P<y>(?:19|20)\d\d)-(?P<mo>[01]\d)-(?P<d>[0-3]\d)[T ]"
+                     r"(?P<h>[0-2]\d):(?P<mi>[0-5]\d)|^[ \t>]{0,8}+\[" + _DOW + r" (?P<cmon>" + _MON
+                     + r") +(?P<cd>\d{1,2}) (?P<ch>\d\d):\d\d:\d\d (?P<cy>(?:19|20)\d\d)\]|"
+                     r"^(?P<ny>(?:19|20)\d\d)(?P<nmo>[01]\d)(?P<nd>[0-3]\d) \d\d:\d\d:\d\d ")
+"""A full date a line starts with (ISO 8601, dmesg -T's ctime, NHC's `20190409 13:20:33`)."""
+
+
+def stated_date(text: str, limit: int = 200_000) -> datetime | None:
+    """The first full date a line of `text` starts with: where a year-less time (syslog,
+    glog) in the same paste takes its year from, instead of the year it was read in."""
+    for m in _STATED.finditer(text, 0, min(len(text), limit)):
+        try:
+            if m["y"]:
+                return datetime(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]))
+            if m["cy"]:
+                return datetime(int(m["cy"]), _MONTHS[m["cmon"]], int(m["cd"]), int(m["ch"]))
+            return datetime(int(m["ny"]), int(m["nmo"]), int(m["nd"]))
+        except ValueError:
+            continue
+    return None
 
 
 def _local(ctx: Context, year: int, month: int, day: int, hms: str, frac: str = "") -> str:
@@ -169,6 +205,10 @@ class _YearOf:
     @property
     def tz(self) -> str:
         return self.ctx.tz
+
+    @property
+    def reference(self) -> datetime | None:
+        return None
 
 
 def _wrapped(text: str, ctx: Context) -> Stamp | None:

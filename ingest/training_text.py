@@ -4,10 +4,14 @@
   glued after them, the log line printed meanwhile; `pieces` splits on `\\r` (and on `^M`,
   how `cat -v` and editors show it when the output is pasted), drops ANSI cursor moves, and
   keeps for each piece its physical line, so a bar without a time takes the time of the
-  stamped piece before it on the same line;
+  nearest stamped piece before it on the same line (never a later line's: a bar is drawn
+  after what it counts); a bar and what was printed right after it (a dict, a log line,
+  another program's glog line) are two pieces;
 - Hugging Face Trainer / DeepSpeed loss dicts (`{'loss': 1.23, 'grad_norm': 0.4,
   'learning_rate': 5e-05, 'epoch': 0.1}`) -> progress at the step of the bar before them
-  (the dict has none of its own); a NaN loss is said (`loss_is_nan`), not stored as a number;
+  (the dict has none of its own), on that step's one `job.step`; a NaN loss is said
+  (`loss_is_nan`), not stored as a number; an evaluation's dict (`{'eval_loss': ...}`) is
+  not a training step;
 - NeMo 2: the `[NeMo I 2025-06-18 21:56:22 nemo_logging:393]` prefix is the line's time;
   `Global Checkpoint Save : Rank: 0 : Iteration: 24 : ... Save duration: 25.537s` is a
   saved checkpoint (with its duration) unless a line naming its path follows (`Successfully
@@ -20,6 +24,8 @@ from __future__ import annotations
 import math
 import re
 from typing import Any
+
+from ingest.training_steps import split_bar
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,16}[A-Za-z]")
 _NEMO = re.compile(r"^\s*\[NeMo [IWEDC] (?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) [\w.]+:\d+\]")
@@ -42,13 +48,10 @@ def pieces(text: str) -> tuple[list[str], list[int]]:
         if "\x1b" in line:
             line = _ANSI.sub("", line)
         for piece in re.split(r"\r|\^M", line) if ("\r" in line or "^M" in line) else [line]:
-            if "%|" in piece and "]{'" in piece:  # a bar, then the dict logged after it
-                bar, _, rest = piece.partition("]{'")
-                lines.extend([bar + "]", "{'" + rest])
-                physical.extend([number, number])
-            elif piece.strip():
-                lines.append(piece)
-                physical.append(number)
+            for part in split_bar(piece):  # a bar, then what was logged right after it
+                if part.strip():
+                    lines.append(part)
+                    physical.append(number)
     return lines, physical
 
 
@@ -64,6 +67,8 @@ def loss_dict(line: str) -> dict[str, Any] | None:
     if not (_DICT.match(text) and text.endswith("}")) or len(text) > 2000:
         return None
     out: dict[str, Any] = {}
+    if text.startswith("{'eval_"):
+        return {"evaluation": True}  # `{'eval_loss': ..., 'eval_runtime': ...}`
     for m in _PAIR.finditer(text):
         key = _KEYS.get(m.group("k"))
         if key is None and m.group("k") not in ("step", "global_step"):

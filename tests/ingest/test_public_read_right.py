@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.ingest.public_corpus import Outcome, read, samples
+from tests.ingest.read_right import expected, scored
 
 SAMPLES = {s.file: s for s in samples()}
 
@@ -57,3 +58,48 @@ def test_a_bus_error_is_not_a_segfault() -> None:
     assert classify("Segmentation fault (core dumped)") == "segfault"
     assert classify("ERROR: Unexpected bus error encountered in worker. This might be caused "
                     "by insufficient shared memory (shm).") == "dataloader"
+
+
+# --- every sample of expected.yaml, field by field (issue 44) ------------------------------
+
+
+@pytest.mark.parametrize("file", sorted(expected()))
+@pytest.mark.parametrize("fmt", [None, "auto"])
+def test_every_field_as_a_correct_reader_reads_it(file: str, fmt: str | None) -> None:
+    """type, node, GPU, job, time and time source (and the attributes each names) of every
+    event a correct reader extracts; nothing more (no invented event), nothing doubled."""
+    assert [w for w in scored(SAMPLES[file], fmt).wrong_fields if not w.startswith("GAP")] == []
+    if not expected()[file]:  # a healthy output: nothing stored, nothing refused; prose is
+        # refused whole as no format auto knows (a dead letter saying so), never read as rows
+        letters = _read(file, fmt).letters
+        assert all(d.field == "format" for d in letters) if file.startswith("prose/") \
+            else letters == []
+
+
+@pytest.mark.parametrize(("cell", "reason", "cut"), [
+    ("(Resources,", "Resources", True),
+    ("(ReqNodeNotAvail, UnavailableNodes:node[01-0", "ReqNodeNotAvail, UnavailableNodes", True),
+    ("(ReqNodeNotAvail, UnavailableNodes:node[01-04])",
+     "ReqNodeNotAvail, UnavailableNodes:node[01-04]", False),
+    ("(Priority)", "Priority", False)])
+def test_a_reason_squeue_cut_at_its_width_is_said_cut(cell: str, reason: str, cut: bool) -> None:
+    from ingest.slurm_tools import _reason
+
+    assert _reason(cell) == (reason, cut)
+
+
+def test_host_hardware_is_its_own_class_owned_by_hardware_ops() -> None:
+    """An uncorrected or fatal AER report (an EDAC UE) is a signal of class host_hardware
+    at once; corrected floods only when they keep coming (a threshold); hardware ops own
+    it. The GPU health rule after them does not take these."""
+    from processors.incidents.rules import load_rules
+
+    rules = load_rules()
+    (fatal,) = _read("host-hardware/aer_uncorrected_fatal_transaction_layer.txt").events
+    rule = rules.signal_rule(fatal.type, fatal.attributes, fatal.message)
+    assert rule is not None and (rule.name, rule.klass) == ("host-hardware-uncorrected",
+                                                            "host_hardware")
+    (flood,) = _read("host-hardware/syslog_edac_ce_flood_one_dimm.txt").events
+    rule = rules.signal_rule(flood.type, flood.attributes, flood.message)
+    assert rule is not None and rule.name == "host-hardware-corrected" and rule.threshold
+    assert rules.klass("host_hardware").team == "hardware-ops"

@@ -286,8 +286,10 @@ def test_framework_progress_and_checkpoints() -> None:
     assert not letters
     steps = [(e.attributes["step"], e.attributes.get("loss"), e.attributes.get("step_time_s"))
              for e in events if e.type == "job.step"]
-    assert steps == [(100, 7.123456, 1.2345), (32000, 2.59, None), (100, None, None),
-                     (120, None, 0.5)]
+    # the Lightning bar's rate is its step time; DeepSpeed's step 100 a month after Megatron's
+    # is another run's; a bar counting to a smaller total than the training bar's in the same
+    # file is an evaluation's (issue 44)
+    assert steps == [(100, 7.123456, 1.2345), (32000, 2.59, 0.729927), (100, None, None)]
     checkpoints = [(e.type, e.attributes["step"], e.attributes["path"]) for e in events
                    if e.type.startswith("checkpoint.")]
     assert checkpoints == [("checkpoint.saved", 200, "/ckpt/megatron"),
