@@ -19,6 +19,9 @@ from typing import Any
 
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError, loads
+from ingest.slurm_gpus import gpus_from_job
+
+__all__ = ["ADAPTER", "expand_hostlist", "gpus_from_job", "job_records", "parse"]
 
 _TERMINAL = {
     "COMPLETED": ("job.completed", None),
@@ -75,13 +78,10 @@ def _state(job: dict[str, Any]) -> tuple[str, str]:
     return str(raw or "").split()[0].upper() if raw else "", "" if reason == "None" else reason
 
 
-def _gpus(job: dict[str, Any]) -> int | None:
-    tres = job.get("tres", {})
-    for entry in (tres.get("allocated") or tres.get("requested") or []) if isinstance(
-            tres, dict) else []:
-        if isinstance(entry, dict) and entry.get("type") == "gres" and entry.get("name") == "gpu":
-            return int(entry.get("count") or 0)
-    return None
+def _gpus(job: dict[str, Any]) -> dict[str, Any]:
+    """The attributes saying the attempt's GPUs and where that came from (none: unknown)."""
+    found = gpus_from_job(job)
+    return {"gpus": found[0], "gpus_source": found[1]} if found else {}
 
 
 def job_records(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]:
@@ -121,7 +121,7 @@ def job_records(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]
     if submitted is not None:
         add("job.submitted", submitted, {
             "user": str(job.get("user") or job.get("user_name") or ""),
-            "queue": str(job.get("partition") or ""), "gpus": _gpus(job),
+            "queue": str(job.get("partition") or ""), **_gpus(job),
             "nodes_requested": _number(job.get("node_count"))},
             f"submitted {job.get('name', '')}".strip())
     if state == "PENDING":
@@ -130,7 +130,9 @@ def job_records(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]
         return out
     nodes = expand_hostlist(str(job.get("nodes") or ""))
     if started is not None and nodes and nodes != ["None assigned"]:
-        add("job.started", started, {"nodes": nodes, "gpus": _gpus(job)},
+        add("job.started", started, {"nodes": nodes, "partition": str(job.get("partition")
+                                                                    or "") or None,
+                                     **_gpus(job)},
             f"running on {len(nodes)} nodes")
     terminal = _TERMINAL.get(state)
     if terminal:

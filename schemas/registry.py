@@ -56,6 +56,8 @@ class JobSubmitted(Attributes):
     data_version: str | None = None
     config_hash: str | None = None
     gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS)
+    gpus_source: str | None = None
+    """What said the GPU count (`allocation:...`, `request:...`): processors/gpus.py."""
     nodes_requested: int | None = Field(default=None, ge=0)
     mounts: list[str] = Field(default_factory=list)
     checkpoint_dir: str | None = None
@@ -75,6 +77,8 @@ class JobAdmitted(Attributes):
 class JobStarted(Attributes):
     nodes: list[str] = Field(default_factory=list)
     gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS)
+    gpus_source: str | None = None
+    """What said the GPU count (`allocation:...`, `request:...`): processors/gpus.py."""
     gpu_ids: list[str] = Field(default_factory=list)
     # rank -> node; JSON object keys are strings, so ranks are strings here
     ranks: dict[str, str] = Field(default_factory=dict)
