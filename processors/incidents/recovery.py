@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from processors.incidents import correlate, impact, severity, slowdown
+from processors.incidents import correlate, impact, saves, severity, slowdown
 from processors.incidents.book import AttemptKey, Progress, akey, jobref
 from schemas import incident_events as ev
 from schemas.events import Event
@@ -27,6 +27,8 @@ def track(ctx: Context, event: Event) -> None:
         progress = ctx.book.progress[key] = Progress()
     attrs: dict[str, Any] = event.attributes
     if event.type == "job.step" and isinstance(attrs.get("step"), int):
+        if progress.first_step_at is None or event.time < progress.first_step_at:
+            progress.first_step, progress.first_step_at = attrs["step"], event.time
         progress.last_step, progress.last_step_at = attrs["step"], event.time
         progress.last_step_event = event.id
         slowdown.arm_hang(ctx, progress, key)
@@ -39,6 +41,7 @@ def track(ctx: Context, event: Event) -> None:
             (reported := impact.reported_step(event)) is not None:
         failure_step(ctx, event, key, reported, event.type)
     elif event.type == "checkpoint.saved" and isinstance(attrs.get("step"), int):
+        saves.saved(progress, attrs["step"], event.time)
         progress.ckpt_step, progress.ckpt_at = attrs["step"], event.time
         progress.failed_ckpt = None
         # a checkpoint is progress too: a slow save is not a hang
@@ -46,7 +49,12 @@ def track(ctx: Context, event: Event) -> None:
         slowdown.arm_hang(ctx, progress, key)
         correlate.saved(ctx, event, key, progress)
     elif event.type == "checkpoint.restored" and isinstance(attrs.get("step"), int):
+        progress.restored, progress.restore_failed = attrs["step"], False
         restored(ctx, event, key, attrs["step"])
+    elif event.type == "checkpoint.started" and isinstance(attrs.get("step"), int):
+        saves.started(progress, attrs["step"], event.time)
+    elif event.type == "checkpoint.failed":
+        saves.failed(progress, attrs, event.time)
     elif event.type == "job.started":
         restarted(ctx, event, key)
     if event.type in _ENDED:
@@ -72,7 +80,14 @@ def restored(ctx: Context, event: Event, key: AttemptKey, step: int) -> None:
 
 
 def restarted(ctx: Context, event: Event, key: AttemptKey) -> None:
+    """A new attempt started: the restart of the failures still waiting for one (a failure
+    that was restarted already keeps its restart: a later attempt is that restart's
+    failure's, whose GPU time it is charged to)."""
     for inc_id, failed in _pending(ctx, key):
+        held = ctx.book.incidents[inc_id].jobs.get(akey(failed))
+        if held is not None and held.restarted_attempt is not None and \
+                held.restarted_attempt != key[2]:
+            continue
         old = ctx.book.attempt(failed)
         overlap = old is not None and (old.ended_at is None or old.ended_at > event.time)
         payload = ev.RecoveryObserved(job=jobref(failed), stage="restarted",
