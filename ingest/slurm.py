@@ -78,10 +78,17 @@ def _state(job: dict[str, Any]) -> tuple[str, str]:
     return str(raw or "").split()[0].upper() if raw else "", "" if reason == "None" else reason
 
 
-def _gpus(job: dict[str, Any]) -> dict[str, Any]:
-    """The attributes saying the attempt's GPUs and where that came from (none: unknown)."""
+def _gpus(job: dict[str, Any], state: str) -> dict[str, Any]:
+    """The attributes saying the attempt's GPUs and where that came from (none: unknown).
+    A pending job holds nothing: what its record says is what it asked for (scontrol's
+    `TRES=` of a requeued, pending job is its request)."""
     found = gpus_from_job(job)
-    return {"gpus": found[0], "gpus_source": found[1]} if found else {}
+    if not found:
+        return {}
+    count, source = found
+    if state == "PENDING" and source.startswith("allocation:"):
+        source = "request:" + source.removeprefix("allocation:")
+    return {"gpus": count, "gpus_source": source}
 
 
 def job_records(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]:
@@ -121,7 +128,7 @@ def job_records(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]
     if submitted is not None:
         add("job.submitted", submitted, {
             "user": str(job.get("user") or job.get("user_name") or ""),
-            "queue": str(job.get("partition") or ""), **_gpus(job),
+            "queue": str(job.get("partition") or ""), **_gpus(job, state),
             "nodes_requested": _number(job.get("node_count"))},
             f"submitted {job.get('name', '')}".strip())
     if state == "PENDING":
@@ -132,7 +139,7 @@ def job_records(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]
     if started is not None and nodes and nodes != ["None assigned"]:
         add("job.started", started, {"nodes": nodes, "partition": str(job.get("partition")
                                                                     or "") or None,
-                                     **_gpus(job)},
+                                     **_gpus(job, state)},
             f"running on {len(nodes)} nodes")
     terminal = _TERMINAL.get(state)
     if terminal:

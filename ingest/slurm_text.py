@@ -170,7 +170,8 @@ _ON_FAILED = re.compile(r"Killing " + _JOB + r" on failed node (?P<node>\S+)")
 _TIME_LIMIT = re.compile(r"Time limit exhausted for " + _JOB)
 _REQUEUED = re.compile(r"_job_complete: requeue " + _JOB + r" per (?P<why>[\w/ -]{1,80})")
 _XID = re.compile(r"\bXid\b\D{0,3}(?P<xid>\d{1,4})", re.I)
-_PREEMPTED = re.compile(r"preempted " + _JOB + r" has been requeued")
+_PREEMPTED = re.compile(r"preempted " + _JOB + r" has been requeued"
+                        r"(?: to reclaim resources for JobId=(?P<by>\d+(?:_\d+)?))?")
 _SIGNALS = {9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT", 11: "SIGSEGV", 7: "SIGBUS", 2: "SIGINT"}
 
 
@@ -216,7 +217,8 @@ def _job_line(body: str) -> tuple[str, str, dict[str, Any], str] | None:
     if m := _BARE_REQUEUE.match(body):
         return "job.requeued", m.group("job"), {"reason": "requeued"}, "warning"
     if m := _PREEMPTED.search(body):
-        return "job.preempted", m.group("job"), {"reason": "PREEMPTED"}, "warning"
+        return "job.preempted", m.group("job"), {"reason": "PREEMPTED", "requeued": True,
+                                                 "by_job": m.group("by")}, "warning"
     return None
 
 

@@ -170,15 +170,16 @@ def _apply(attempt: Attempt, event: Event) -> Attempt:
     if kind == "job.started":
         ranks = attrs.get("ranks") or {}
         attempt = replace(
-            attempt,
-            started_at=event.time,
+            attempt,  # the earliest report of the start (squeue's is rounded down)
+            started_at=event.time if attempt.started_at is None else min(attempt.started_at,
+                                                                         event.time),
             nodes=tuple(attrs.get("nodes") or ()) or attempt.nodes,
             gpu_ids=tuple(attrs.get("gpu_ids") or ()) or attempt.gpu_ids,
             ranks=tuple(sorted((str(k), str(v)) for k, v in dict(ranks).items())) or attempt.ranks,
         )
         return _versions(attempt, attrs)
     outcome = _OUTCOME[kind]
-    if kind == "job.requeued":
+    if kind == "job.requeued" or (kind == "job.preempted" and attrs.get("requeued") is True):
         attempt = replace(attempt, requeued_at=event.time if attempt.requeued_at is None
                           else min(attempt.requeued_at, event.time))
     if attempt.outcome and _OUTCOME_RANK[attempt.outcome] > _OUTCOME_RANK[outcome]:
@@ -249,7 +250,16 @@ def _number(job: JobRecord, event: Event) -> int:
                    and a.attempt > 1]
         if waiting:
             return min(waiting)
+        running = job.attempts.get(job.attempt_at(event.time) or 0)
+        if running is not None and running.ended_at is not None and \
+                running.ended_at < event.time and running.outcome in _RESTARTED:
+            # a start after the attempt ended (requeued, preempted, failed) and no requeue
+            # line seen: the scheduler started it again, a new attempt
+            return max(job.attempts) + 1
     return job.attempt_at(event.time) or 1
+
+
+_RESTARTED = frozenset({"requeued", "preempted", "failed", "timeout"})
 
 
 def evolve(job: JobRecord | None, event: Event) -> tuple[JobRecord | None, frozenset[int]]:
@@ -267,7 +277,10 @@ def evolve(job: JobRecord | None, event: Event) -> tuple[JobRecord | None, froze
     current = attempts.get(number) or _blank(job, event, number)
     attempts[number] = replace(_apply(current, event), applied=current.applied | {event.id})
     changed = {number} | _shared(attempts, job, number)
-    if event.type == "job.requeued":
+    if event.type == "job.requeued" or (event.type == "job.preempted"
+                                        and event.attributes.get("requeued") is True):
+        # a preemption that says it requeued the job (slurmctld's `preempted JobId=N has
+        # been requeued`) opens the next attempt as a requeue does
         raw_next = event.attributes.get("next_attempt")
         nxt = raw_next if isinstance(raw_next, int) and raw_next > number else number + 1
         follower = attempts.get(nxt) or _blank(replace(job, attempts=attempts), event, nxt)

@@ -31,7 +31,7 @@ def impacted(ctx: Context, inc_id: str, key: AttemptKey, time: datetime, rule: s
         return
     attempt = book.attempt(key)
     progress = book.progress.get(key, Progress())
-    gpus, source = counted(attempt)
+    gpus, gpus_source = counted(attempt)
     if role == "failed":
         progress = book.progress.setdefault(key, progress)
         if progress.failed_at is None or time < progress.failed_at:
@@ -40,8 +40,8 @@ def impacted(ctx: Context, inc_id: str, key: AttemptKey, time: datetime, rule: s
         reported = reported_step(event)
         step, source = (reported, event.type) if reported is not None and event else \
             (progress.last_step, "progress" if progress.last_step is not None else "")
-        payload = ev.JobImpacted(job=jobref(key), gpus=gpus, gpus_source=source, role=role,
-                                 failed_at=time,
+        payload = ev.JobImpacted(job=jobref(key), gpus=gpus, gpus_source=gpus_source,
+                                 role=role, failed_at=time,
                                  started_at=attempt.started_at if attempt else None,
                                  failure_step=step, failure_step_source=source,
                                  last_checkpoint_step=progress.ckpt_step,
@@ -52,7 +52,8 @@ def impacted(ctx: Context, inc_id: str, key: AttemptKey, time: datetime, rule: s
         book.push_timer(time + timedelta(seconds=ctx.rules.restart_deadline_s), "restart",
                         inc_id, key)
     else:
-        payload = ev.JobImpacted(job=jobref(key), gpus=gpus, gpus_source=source, role=role)
+        payload = ev.JobImpacted(job=jobref(key), gpus=gpus, gpus_source=gpus_source,
+                                 role=role)
     book.emit(inc_id, payload, time, rule, akey(key))
     severity.assess(ctx, inc_id, time, rule)
     if inc.key.startswith("node:") and role == "failed":
@@ -87,12 +88,16 @@ def revise_gpus(ctx: Context, key: AttemptKey, time: datetime) -> None:
         return
     job = book.incidents[inc_id].jobs.get(akey(key))
     new = counted(book.attempt(key))
-    if job is None or job.role != "failed" or new[0] == job.gpus or \
-            not gpu_count.better(new, (job.gpus, job.gpus_source)):
+    if job is None or job.role != "failed" or new == (job.gpus, job.gpus_source) or not (
+            gpu_count.better(new, (job.gpus, job.gpus_source)) or (
+                new[0] == job.gpus and gpu_count.rank(new[1]) > gpu_count.rank(
+                    job.gpus_source))):
         return
     book.emit(inc_id, ev.GpusRevised(job=jobref(key), gpus=new[0], gpus_source=new[1],
                                      previous=job.gpus, previous_source=job.gpus_source),
-              time, "impact", f"gpus:{akey(key)}:{new[0]}")
+              time, "impact", f"gpus:{akey(key)}:{new[0]}:{new[1]}")
+    if new[0] == job.gpus:
+        return  # a better source of the same count: nothing to assess again
     if job.resumed_at is not None:
         assess(ctx, inc_id, key, new[0], job.resumed_at, final=False)
     if job.verified_at is not None:
@@ -150,7 +155,9 @@ def runs(ctx: Context, job: tuple[str, str], inc_id: str, failed: AttemptKey) ->
             continue
         key = (job[0], job[1], number)
         progress = book.progress.get(key, Progress())
-        failed_at = progress.failed_at
+        held = book.incidents[inc_id].jobs.get(akey(key)) if key == failed else None
+        failed_at = held.failed_at if held is not None and held.failed_at else \
+            progress.failed_at
         if failed_at is None and attempt.outcome in _FAILED and attempt.ended_at is not None \
                 and any(n > number for n in attempts):
             failed_at = attempt.ended_at
