@@ -102,6 +102,40 @@ def restarted(ctx: Context, event: Event, key: AttemptKey) -> None:
             severity.flag(ctx, inc_id, "duplicate_run", event.time, "recovery",
                           f"attempt {key[2]} started while attempt {failed[2]} was still "
                           "running")
+    _progress_before_start(ctx, event, key)
+
+
+def _progress_before_start(ctx: Context, event: Event, key: AttemptKey) -> None:
+    """The new attempt's own progress arrived before its start did (the training log
+    imported before the scheduler's, past the lateness horizon): the loss is assessed at
+    its first step and, when its last step is past the failure step, recovery verified
+    then, as if the steps had come after the start."""
+    progress = ctx.book.progress.get(key)
+    if progress is None or progress.first_step_at is None or progress.last_step is None or \
+            progress.last_step_at is None or progress.first_step_at < event.time:
+        return
+    pending = ctx.book.pending.get((key[0], key[1]), [])
+    for inc_id, failed in _pending(ctx, key):
+        job = ctx.book.incidents[inc_id].jobs.get(akey(failed))
+        if job is None or job.role != "failed":
+            continue
+        if job.resumed_at is None:
+            impact.assess(ctx, inc_id, failed, job.gpus, progress.first_step_at, final=False)
+        job = ctx.book.incidents[inc_id].jobs[akey(failed)]
+        if progress.last_step > (job.failure_step if job.failure_step is not None else -1):
+            at = progress.last_step_at
+            impact.assess(ctx, inc_id, failed, job.gpus, at, final=True)
+            job = ctx.book.incidents[inc_id].jobs[akey(failed)]
+            ctx.book.emit(inc_id, ev.RecoveryVerified(job=jobref(failed), verified_at=at,
+                                                      step=progress.last_step,
+                                                      past=job.failure_step),
+                          at, "recovery", f"verified:{akey(failed)}")
+            ctx.book.evidence(inc_id, event, "recovery",
+                              f"attempt {key[2]} had logged step {progress.last_step}, past "
+                              f"the failure point ({job.failure_step}), before its start "
+                              "arrived", "recovery", key)
+            if (inc_id, failed) in pending:
+                pending.remove((inc_id, failed))
 
 
 def failure_step(ctx: Context, event: Event, key: AttemptKey, step: int, source: str) -> None:
