@@ -45,8 +45,16 @@ def incidents(ctx: click.Context, projects: tuple[str, ...], status: str,
     for r in rows:
         click.echo(f"{r['incident_id']:22} {r['severity']:4} {r['status']:12} {r['class']:16} "
                    f"{r['entity'][:22]:22} {r['owner'][:16]:16} {r['impacted_jobs']:>4} "
-                   f"{r['impacted_gpus']:>5} {r['lost_gpu_hours']:>10.2f}  "
+                   f"{r['impacted_gpus']:>5} {_gpu_h(r['lost_gpu_hours'], r):>10}  "
                    f"{r['recovery'] or '-'}  (opened {_age(r['opened_at'])})")
+
+
+def _gpu_h(value: float | None, row: dict[str, object]) -> str:
+    """GPU-hours as read: `unknown` when no source said the GPUs (never 0.00), `>= N` when
+    only some attempts' were known."""
+    if value is None:
+        return "unknown"
+    return f">= {value:.2f}" if row.get("loss_unknown") else f"{value:.2f}"
 
 
 @click.group("incident")
@@ -74,20 +82,23 @@ def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_jso
     click.echo(f"  cause ({f['confidence']:.2f}): {f['explanation']}")
     click.echo(f"  severity: {f['severity_why']}")
     click.echo(f"  impact: {f['impacted_jobs']} jobs, {f['impacted_gpus']} GPUs, "
-               f"{f['lost_gpu_hours']:.2f} GPU-hours and {f['lost_steps']} steps lost; "
+               f"{_gpu_h(f['lost_gpu_hours'], f)} GPU-hours and {f['lost_steps']} steps lost; "
                f"recovery {f['recovery'] or '-'}" + (f"; flags {', '.join(f['flags'])}"
                                                     if f["flags"] else ""))
+    if f.get("loss_unknown"):
+        click.echo(f"  loss unknown: {f['loss_unknown']}")
     for j in f["jobs"]:
         click.echo(f"    {j['project']}/{j['job_id']} attempt {j['attempt']} ({j['role']}): "
                    f"{j['gpus']} GPUs, failed {_age(j['failed_at'])} at step "
                    f"{j['failure_step']}, checkpoint {j['last_checkpoint_step']}, "
-                   f"{j['recovery']}, {j['lost_gpu_hours']:.2f} GPU-h")
+                   f"{j['recovery']}, {_gpu_h(j['lost_gpu_hours'], j)} GPU-h"
+                   + (f" (GPUs: {j['gpus_source']})" if j.get("gpus_source") else ""))
         split = [(name, j.get(f"{name}_s") or 0) for name in
                  ("rework", "downtime", "restore", "degraded")]
         if any(seconds for _, seconds in split):
             click.echo("      lost time: " + ", ".join(f"{name} {seconds / 60:.1f} min"
                                                       for name, seconds in split if seconds))
-        beside = [(name, j.get(f"{name}_s") or 0) for name in ("setback", "queue")]
+        beside = [(name, j.get(f"{name}_s") or 0) for name in ("setback", "queue", "unheld")]
         if any(seconds for _, seconds in beside):
             click.echo("      not counted: " + ", ".join(f"{name} {seconds / 60:.1f} min"
                                                         for name, seconds in beside))

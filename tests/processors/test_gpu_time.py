@@ -5,6 +5,7 @@ many attempts fail (issue 41, capability 2), and checkpoints that say where a jo
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
@@ -87,7 +88,8 @@ def test_a_save_that_only_started_is_a_checkpoint_once_a_rerun_restores_it() -> 
                 first_step=1, checkpoints=((1000, at(15)),), started_saves=((2000, at(30)),),
                 requeued=True),
             Run(2, 8, at(42), first_step_at=at(45), first_step=1010, restored_step=1000)]
-    assert charges(runs, at(50), queued)[1].rework_s == 25 * 60  # 15m: the save of 2000 never finished
+    # from 15m: the save of 2000 never finished
+    assert charges(runs, at(50), queued)[1].rework_s == 25 * 60
     restored = [runs[0], Run(2, 8, at(42), first_step_at=at(45), first_step=2010,
                              restored_step=2000)]
     assert charges(restored, at(50), queued)[1].rework_s == 10 * 60  # it was written after all
@@ -170,7 +172,7 @@ def test_no_stretch_of_gpu_time_is_charged_twice(story: tuple[list[Run], datetim
         by_track.setdefault(iv.track, []).append(iv)
     for track, ivs in by_track.items():
         ivs.sort(key=lambda iv: iv.start)
-        for a, b in zip(ivs, ivs[1:], strict=False):
+        for a, b in itertools.pairwise(ivs):
             assert a.end <= b.start, f"track {track}: {a} overlaps {b}"
         run = next(r for r in runs if r.attempt == track)
         assert ivs[0].start == run.started_at
