@@ -2,7 +2,9 @@
 `deliveries` and `redeliver` (docs/subscriptions.md).
 
 The CLI acts as an operator (like every CLI command): its subscriptions are bound to the
-`--project`s given, or to none (every project)."""
+`--project`s given, or to none (every project). The listings take `--project` too, and then
+show what a token of those projects would see (its subscriptions, their silences,
+notifications and deliveries)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,22 @@ from typing import Any
 
 import click
 
-from jobtrail.cli.common import _settings, _store
+from jobtrail.cli.common import _settings, _store, count, seconds
 
 
 def _alerts(ctx: click.Context) -> Any:
     from jobtrail.alerts.store import AlertStore
 
     return AlertStore(_store(_settings(ctx)))
+
+
+_SEEN_BY = click.option("--project", "seen_by", multiple=True,
+                        help="Only what a token of these projects sees (repeatable); "
+                             "default: everything")
+
+
+def _scope(seen_by: tuple[str, ...]) -> list[str] | None:
+    return sorted(set(seen_by)) or None
 
 
 def _secrets(ctx: click.Context) -> Any:
@@ -84,21 +95,26 @@ def _check_env(secrets: Any, option: str, name: str) -> None:
                                           "midnight)")
 @click.option("--quiet-bypass", default="sev1", help="Severities that ignore quiet hours")
 @click.option("--rate", default="20/3600", help="At most COUNT messages per SECONDS")
-@click.option("--wait", "wait_s", type=int, default=30, help="Seconds the first message "
-                                                             "waits to fold cause and owner")
-@click.option("--repeat", "repeat_s", type=int, default=1800,
+@click.option("--wait", "wait_s", type=count(0, 86400), default=30,
+              help="Seconds the first message waits to fold cause and owner")
+@click.option("--repeat", "repeat_s", type=count(0, 30 * 86400), default=1800,
               help="Repeat an unacknowledged sev1 every N seconds (0: never)")
-@click.option("--flap-hold", "flap_hold_s", type=int, default=600)
+@click.option("--flap-hold", "flap_hold_s", type=count(0, 86400), default=600)
+@click.option("--history", is_flag=True,
+              help="Also page incidents that were over before jobtrail saw them (a backfill, "
+                   "a late import)")
 @click.pass_context
 def subscribe(ctx: click.Context, name: str, owner: str, matchers: tuple[str, ...], on: str,
               channel: str, url: str, url_env: str, to: str, secret_env: str,
               projects: tuple[str, ...], cron: str, zone: str, quiet: str, quiet_bypass: str,
-              rate: str, wait_s: int, repeat_s: int, flap_hold_s: int) -> None:
+              rate: str, wait_s: int, repeat_s: int, flap_hold_s: int,
+              history: bool = False) -> None:
     """Subscribe OWNER to the incidents the matchers select (created or updated by name)."""
     from pydantic import ValidationError
 
     from jobtrail.alerts.secrets import hint, new_signing_secret
-    from processors.notify.model import Matcher, Subscription, subscription_id
+    from jobtrail.cli.commands import operator
+    from processors.notify.model import Creator, Matcher, Subscription, subscription_id
 
     sub_id = subscription_id(owner, name)
     secrets = _secrets(ctx)
@@ -140,6 +156,7 @@ def subscribe(ctx: click.Context, name: str, owner: str, matchers: tuple[str, ..
             "mode": "digest" if cron else "immediate", "digest_cron": cron, "timezone": zone,
             "rate_limit": {"count": int(count), "per_s": int(per or 3600)},
             "wait_s": wait_s, "repeat_s": repeat_s, "flap_hold_s": flap_hold_s,
+            "creator": Creator.of(operator(_settings(ctx))).model_dump(), "history": history,
         }
         if on:
             spec["on"] = [t.strip() for t in on.split(",") if t.strip()]
@@ -171,12 +188,13 @@ def _row(sub: Any) -> str:
 
 @click.group("subscriptions", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True)
+@_SEEN_BY
 @click.pass_context
-def subscriptions(ctx: click.Context, as_json: bool) -> None:
+def subscriptions(ctx: click.Context, as_json: bool, seen_by: tuple[str, ...] = ()) -> None:
     """List subscriptions (and show, delete, enable, test one)."""
     if ctx.invoked_subcommand is not None:
         return
-    subs = _alerts(ctx).subscriptions()
+    subs = _alerts(ctx).subscriptions(_scope(seen_by))
     for sub in subs:
         click.echo(sub.model_dump_json() if as_json else _row(sub))
     if not subs and not as_json:
@@ -272,10 +290,12 @@ def silence(ctx: click.Context, matchers: tuple[str, ...], length: str, until: s
 
 
 @click.command("silences")
+@_SEEN_BY
 @click.pass_context
-def silences(ctx: click.Context) -> None:
+def silences(ctx: click.Context, seen_by: tuple[str, ...] = ()) -> None:
+    """List silences (active, pending and expired)."""
     now = datetime.now(UTC)
-    for s in _alerts(ctx).silences():
+    for s in _alerts(ctx).silences(_scope(seen_by)):
         state = "active" if s.starts <= now < s.ends else "expired" if s.ends <= now \
             else "pending"
         click.echo(f"{s.id} {state:8} {', '.join(str(m) for m in s.matchers)} until "
@@ -284,8 +304,9 @@ def silences(ctx: click.Context) -> None:
 
 @click.command("notify")
 @click.option("--once", is_flag=True, help="One decide and one delivery pass, then exit")
-@click.option("--interval", type=float, default=5.0, help="Seconds between passes")
-@click.option("--passes", type=int, default=0, help="Stop after N passes (0: run on)")
+@click.option("--interval", type=seconds(0, 3600), default=5.0,
+              help="Seconds between passes")
+@click.option("--passes", type=count(0), default=0, help="Stop after N passes (0: run on)")
 @click.option("--decide-only", is_flag=True, help="Write the outbox, deliver nothing")
 @click.pass_context
 def notify(ctx: click.Context, once: bool, interval: float, passes: int,
@@ -318,11 +339,18 @@ def notify(ctx: click.Context, once: bool, interval: float, passes: int,
 @click.option("--status", default="", help="a decision (pending, suppressed) or what happened "
               "to it (delivered, retrying, gave_up, gone, cancelled)")
 @click.option("--json", "as_json", is_flag=True)
+@_SEEN_BY
 @click.pass_context
-def notifications(ctx: click.Context, subscription: str, status: str, as_json: bool) -> None:
+def notifications(ctx: click.Context, subscription: str, status: str, as_json: bool,
+                  seen_by: tuple[str, ...] = ()) -> None:
     """The outbox: every decision with what its deliveries did (delivered, retrying, gave
     up...) or why it was not sent."""
-    for r in _alerts(ctx).notifications(subscription=subscription, status=status):
+    alerts = _alerts(ctx)
+    scope = _scope(seen_by)
+    mine = None if scope is None else {sub.id for sub in alerts.subscriptions(scope)}
+    for r in alerts.notifications(subscription=subscription, status=status):
+        if mine is not None and r["subscription_id"] not in mine:
+            continue
         if as_json:
             click.echo(json.dumps(r, default=str))
             continue
@@ -342,10 +370,12 @@ def notification_line(r: dict[str, Any]) -> str:
 @click.option("--subscription", default="")
 @click.option("--notification", default="")
 @click.option("--json", "as_json", is_flag=True)
+@_SEEN_BY
 @click.pass_context
-def deliveries(ctx: click.Context, subscription: str, notification: str, as_json: bool) -> None:
+def deliveries(ctx: click.Context, subscription: str, notification: str, as_json: bool,
+               seen_by: tuple[str, ...] = ()) -> None:
     """Every delivery attempt: status, response code, latency, next retry."""
-    for r in _alerts(ctx).deliveries(None, subscription=subscription,
+    for r in _alerts(ctx).deliveries(_scope(seen_by), subscription=subscription,
                                      notification=notification):
         if as_json:
             click.echo(json.dumps(r, default=str))

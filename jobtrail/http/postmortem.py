@@ -104,19 +104,18 @@ def _make(settings: Any, store: Any, incident_id: str, verb: str,
 
 async def _incident(request: web.Request) -> Any:
     """The folded incident, after the read policy."""
+    from jobtrail.views.incident import SHARED_POSTMORTEM, postmortem_access
     from jobtrail.views.postmortem import state
 
     backend = request.app[BACKEND]
     incident_id = request.match_info["incident_id"]
     who = principal(request)
     full = await backend.call(backend.store.incident, incident_id, None)
-    if full is None or not (who.operator or set(full["projects"]) & who.projects):
+    access = "unknown" if full is None else postmortem_access(full["projects"], who.scope)
+    if access == "unknown":
         fail(web.HTTPNotFound, "no such incident")
-    if not who.operator and not set(full["projects"]) <= who.projects:
-        fail(web.HTTPForbidden, "the incident also impacts other projects: its postmortem is "
-                                "readable by an operator or a token holding all of them")
-    if not who.operator and not full["projects"]:
-        fail(web.HTTPNotFound, "no such incident")
+    if access == "shared":
+        fail(web.HTTPForbidden, SHARED_POSTMORTEM)
     return await backend.call(lambda: state(backend.store.incident_log(incident_id)))
 
 
@@ -263,10 +262,15 @@ def _links(request: web.Request, *, same_origin: bool = False) -> Any:
 
 
 async def static(request: web.Request) -> web.Response:
-    """The page's one script (its stylesheet is inline, admitted by the CSP's hash)."""
+    """The review page's one script (its stylesheet is inline, admitted by the CSP's hash)
+    and the sign-in pages' stylesheet."""
     from jobtrail.views.review import PAGE_JS
+    from jobtrail.views.signin import STYLESHEET
 
     if request.match_info["name"] == "postmortem.js":
         return web.Response(text=PAGE_JS, content_type="text/javascript",
+                            headers={"X-Content-Type-Options": "nosniff"})
+    if request.match_info["name"] == "jobtrail.css":
+        return web.Response(text=STYLESHEET, content_type="text/css",
                             headers={"X-Content-Type-Options": "nosniff"})
     fail(web.HTTPNotFound, "no such file")
