@@ -121,15 +121,18 @@ def _tres_list(entries: Any) -> int | None:
 
 def nodes_of(job: Mapping[str, Any]) -> int | None:
     """How many nodes the job has (or asked for)."""
-    from ingest.slurm import expand_hostlist
+    from ingest.hostlist import HostlistError, count
 
     for key in ("node_count", "allocation_nodes", "num_nodes"):
-        count = _int(job.get(key))
-        if count:
-            return count
+        found = _int(job.get(key))
+        if found:
+            return found
     nodes = job.get("nodes")
     if isinstance(nodes, str) and nodes and nodes not in ("None assigned", "(null)"):
-        return len(expand_hostlist(nodes))
+        try:  # counted, never spelled out: the record's own reader judges the list
+            return count(nodes) or None
+        except HostlistError:
+            return None
     return None
 
 

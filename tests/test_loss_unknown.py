@@ -51,12 +51,13 @@ def test_unknown_gpus_read_as_unknown_then_counted(tmp_path: Path) -> None:
     table = _run(home, "incidents")
     assert "unknown" in table and "0.00" not in table.split("\n", 1)[1]
     shown = _run(home, "incident", "show", row["incident_id"])
-    assert "unknown GPU-hours and 4 steps lost" in shown
+    assert "1 jobs, unknown GPUs, unknown GPU-hours and 4 steps lost" in shown
     assert "loss unknown: GPUs unknown for research/5/1" in shown
-    assert "0 GPUs" in shown and "unknown GPU-h" in shown
+    assert "(failed): unknown GPUs" in shown and "unknown GPU-h" in shown
     full = json.loads(_run(home, "incident", "show", row["incident_id"], "--json"))
     (job,) = full["jobs"]
-    assert (job["gpus"], job["gpus_source"], job["lost_gpu_hours"]) == (0, "", None)
+    assert (job["gpus"], job["gpus_source"], job["lost_gpu_hours"]) == (None, "", None)
+    assert full["impacted_gpus"] is None
     assert job["rework_s"] > 0  # the time lost is measured; only the GPU count is missing
     _run(home, "postmortem", "draft", row["incident_id"])
     postmortem = _run(home, "postmortem", "show", row["incident_id"])

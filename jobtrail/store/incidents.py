@@ -30,6 +30,10 @@ def shown(row: dict[str, Any]) -> dict[str, Any]:
     lower bound) beside the reason."""
     if row.get("loss_unknown") and not row.get("lost_gpu_hours"):
         row["lost_gpu_hours"] = None
+    if row.get("loss_unknown"):  # a GPU count no source said is unknown, not 0
+        for name in ("gpus", "impacted_gpus"):
+            if name in row and not row[name]:
+                row[name] = None
     return row
 
 

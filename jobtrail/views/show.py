@@ -172,7 +172,7 @@ def incident_text(f: dict[str, Any], ctx: Context) -> str:
             f"  severity: {shown(f['severity_why'])}"]
     lost = loss(f)
     figure = "not assessed yet" if lost == NOT_ASSESSED else (
-        "unknown" if lost == "unknown" else f"{lost} GPU-hours")
+        "unknown GPU-hours" if lost == "unknown" else f"{lost} GPU-hours")
     gpus = f.get("impacted_gpus")
     out.append(f"  impact: {f['impacted_jobs']} jobs, {'unknown' if gpus is None else gpus} "
                f"GPUs, {figure} and {f['lost_steps']} steps lost; recovery "
