@@ -72,6 +72,13 @@ def expand(text: str, *, field: str = "nodes") -> list[str]:
     return [name for name in out if name]
 
 
+def count(text: str, *, field: str = "nodes") -> int:
+    """How many names a hostlist spells, counted from its bounds (nothing is spelled out, no
+    budget is spent): `node-[001-003,010],gpu7` -> 5. Raises `HostlistError` when malformed."""
+    return sum(math.prod(_size(g) for g in _groups(part, text, field))
+               for part in _split(text or "", field))
+
+
 def expand_indices(text: str, *, field: str = "indices",
                    limit: int = MAX_INDICES) -> list[int]:
     """`0-3,6` -> 0, 1, 2, 3, 6 (GPU indices, array task ids), at most `limit` of them."""

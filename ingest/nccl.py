@@ -8,8 +8,11 @@ Recognised, one line at a time unless noted (docs/adapters.md has an example of 
 - torchrun/torchelastic `ChildFailedError` blocks (multi-line: the "Root Cause" section with
   host, rank, exitcode, time) -> `job.worker_exited` with `root_cause = true`;
 - CUDA out of memory -> `job.oom`;
-- checkpoint save/load lines of PyTorch Lightning, NeMo and DeepSpeed, with the step from the
-  line or the path -> `checkpoint.saved` / `checkpoint.restored`;
+- checkpoint save/load lines of DeepSpeed, Megatron, NeMo, Lightning and the HF Trainer, with
+  the step from the line or the path (`ingest/checkpoint_text.py`): a save the framework says
+  finished -> `checkpoint.saved`, one an exception interrupted -> `checkpoint.failed`, one
+  that only started -> `checkpoint.started`; a load -> `checkpoint.restored`, and
+  `checkpoint.failed` (operation `restore`) when an exception follows it before any step;
 - progress lines in the documented default format `step=<int> [loss=<float>]
   [step_time=<float>s] [samples_per_s=<float>]` -> `job.step`.
 The shipper names the job (project, job id, attempt) and the node; a line's own ISO timestamp
@@ -25,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingest import slurm_output, training_exits, training_steps, training_text
+from ingest import checkpoint_text, slurm_output, training_exits, training_steps, training_text
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
 from schemas.failure_text import classify
@@ -43,8 +46,6 @@ _NET_IB = re.compile(r"(?:(?<![\w.-])(?P<host>[\w.-]++):(?P<pid>\d++):(?P<tid>\d
                      r"NCCL WARN NET/IB ?: ?(?P<msg>.+)")
 _GLOBAL_RANK = re.compile(r"\[rank(\d{1,7})\]:")
 _IB_DEVICE = re.compile(r"\b(?P<ibdev>mlx5_\d+)(?::(?P<port>\d+))?")
-_MEGATRON_SAVE = re.compile(r"(?P<done>successfully )?saved? checkpoint (?:from|at) iteration\s+"
-                            r"(?P<step>\d+) to (?P<path>\S+)", re.I)
 _MEGATRON_LOAD = re.compile(r"successfully loaded checkpoint from (?P<path>\S++).{0,400}?at "
                             r"iteration (?P<step>\d+)", re.I)
 _NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)?)Error)|"
@@ -63,10 +64,24 @@ _AGENT_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?
 _SIGNAL_NAMES = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 7: "SIGBUS",
                  2: "SIGINT"}
 _ENTRY = re.compile(r"^\s*\[(?P<n>\d+)\]:\s*$")
+_LOAD = re.compile(r"successfully loaded checkpoint from (?P<path>\S++).{0,400}?at "
+                            r"iteration (?P<step>\d+)", re.I)
+_NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)?)Error)|"
+                       r"NCCL watchdog thread terminated with exception: (?P<what>.{1,300})")
+_OOM = re.compile(r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]iB))?"
+                  r"(?:.*?\(GPU (?P<gpu>\d+))?")
+_ROOT = re.compile(r"Root Cause \(first observed failure\)")
+_KV = re.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<v>.+?)\s*$")
+_AGENT_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) "
+                           r"\(pid: (?P<pid>\d+)\)")
+_SIGNAL_NAMES = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 7: "SIGBUS",
+                 2: "SIGINT"}
+_ENTRY = re.compile(r"^\s*\[(?P<n>\d+)\]:\s*$")
 _SAVE = re.compile(r"(?:saving model to|Saving model checkpoint:|Saving model checkpoint to|"
                    r"Saving checkpoint to|saved checkpoint to|Saving checkpoint:)"
                    r"\s*'?(?P<path>[^'\s]+)'?", re.I)
 _LOAD = re.compile(r"(?:Restoring states from the checkpoint path at|Loading checkpoint:|"
+                   r"load checkpoint from local path:|"
                    r"Restoring checkpoint from|loaded checkpoint from|"
                    r"\[Torch\] Loading checkpoint from|"
                    r"Restoring model weights from RestoreConfig\(path=)\s*'?(?P<path>[^'\s]+)'?",
@@ -229,6 +244,55 @@ def _exit_record(sink: _Lines, block: str, root: bool, kv: dict[str, str]) -> No
               node=kv.get("host"), time=when)
 
 
+def _save(sink: _Lines, saves: checkpoint_text.Saves, line: str,
+          said: tuple[str, int | None, str, float | None], index: int,
+          async_steps: set[int]) -> None:
+    """A save's line: a start is remembered (the file decides, `checkpoint_text`); a finish
+    is the checkpoint. NeMo's save line of an asynchronous save says it was staged."""
+    what, step, path, duration = said
+    if step is None:
+        sink.out.append(Reject("attributes.step", "checkpoint line without a step in the "
+                               "line or the path", raw_evidence(line)))
+        return
+    if what == "finished" and duration is not None and step in async_steps:
+        what = "started"
+    if what == "started":
+        checkpoint_text.started(saves, step, path, line, index, len(sink.out))
+        return
+    checkpoint_text.finished(saves, step, path, line, index, duration, len(sink.out))
+
+
+def _decide_saves(sink: _Lines, saves: checkpoint_text.Saves) -> None:
+    """The file's saves, decided now it has been read, each put where its line was."""
+    placed: list[tuple[int, dict[str, Any] | Reject]] = []
+    for what, save in checkpoint_text.decided(saves):
+        attrs: dict[str, Any] = {"step": save.step, "path": save.path}
+        if what == "saved" and save.duration_s is not None:
+            attrs["duration_s"] = save.duration_s
+        line, sink.index = (save.done_line, save.done_index) if what == "saved" else (
+            save.line, save.index)
+        sink.fallback = None
+        sink.emit(line, f"checkpoint.{what}", attrs,
+                  **({"scope": "path", "entity": save.path} if save.path else {}))
+        placed.append((save.done_at if what == "saved" else save.at, sink.out.pop()))
+    for at, record in sorted(placed, key=lambda p: p[0], reverse=True):
+        sink.out.insert(at, record)
+
+
+def _interrupted(sink: _Lines, saves: checkpoint_text.Saves, line: str, exc: str) -> None:
+    """An exception while a save or a load was under way: that checkpoint failed."""
+    for save, operation in checkpoint_text.interrupted(saves, line):
+        sink.emit(line, "checkpoint.failed", {"step": save.step, "path": save.path or None,
+                                              "operation": operation,
+                                              "reason": clip(exc, 300)}, severity="error")
+    if saves.loading is not None and checkpoint_text.load_error(exc, saves.loading[1]):
+        step, path = saves.loading
+        saves.loading = None
+        sink.emit(line, "checkpoint.failed", {"step": step, "path": path,
+                                              "operation": "restore",
+                                              "reason": clip(exc, 300)}, severity="error")
+
+
 def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     if not (ctx.project and ctx.job_id):
         return [Reject("job_id", "training logs need the shipper to name project and job "
@@ -236,9 +300,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                        raw_evidence(clip(text, 1000)))]
     lines, physical = training_text.pieces(text)
     sink = _Lines(ctx)
-    saved_later = {int(m.group("step")) for m in _MEGATRON_SAVE.finditer(text)} | {
-        int(s.group("step")) for m in training_text.ASYNC_DONE.finditer(text)
-        if (s := _STEP_IN.search(m.group("path")))}
+    saves = checkpoint_text.Saves()
+    async_steps = checkpoint_text.nemo_async(text)
     stepless: list[str] = []
     i = 0
     while i < len(lines):
@@ -252,6 +315,8 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         else:
             sink.fallback = None
         sink.progress.mark(line)
+        if (saves.saves or saves.loading) and (error := training_text.exception(line)):
+            _interrupted(sink, saves, line, error)
         if "ChildFailedError" in line or _ROOT.search(line) or line.strip() == "Failures:":
             entries, end = _child_failed(lines, i - 1)
             if entries:
@@ -314,36 +379,22 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             if match and match.group("gpu"):
                 attrs["gpu"] = match.group("gpu")
             sink.emit(line, "job.oom", attrs, severity="error")
-        elif (match := _MEGATRON_SAVE.search(line)) or (match := _MEGATRON_LOAD.search(line)):
-            saving = "save" in match.group(0).lower()
-            if saving and not match.group("done") and "successfully" not in line:
-                continue  # Megatron says "saving" then "successfully saved": one event
+        elif (saving := checkpoint_text.save_line(line)) is not None:
+            _save(sink, saves, line, saving, i - 1, async_steps)
+        elif (match := _MEGATRON_LOAD.search(line)) or (match := _LOAD.search(line)):
+            megatron = match.re is _MEGATRON_LOAD
             path = match.group("path").rstrip(".,")
-            sink.emit(line, "checkpoint.saved" if saving else "checkpoint.restored",
-                      {"step": int(match.group("step")), "path": path}, scope="path",
-                      entity=path)
-        elif (match := _SAVE.search(line)) or (match := _LOAD.search(line)):
-            saving = bool(_SAVE.search(line))
-            path = match.group("path").rstrip(".")
-            step = _STEP_IN.search(line[:match.start()]) or _STEP_IN.search(path)
-            if step is None:
+            found = int(match.group("step")) if megatron else None
+            if found is None and (step := _STEP_IN.search(line[:match.start()])
+                                  or _STEP_IN.search(path)):
+                found = int(step.group("step"))
+            if found is None:
                 sink.out.append(Reject("attributes.step", "checkpoint line without a step "
                                        "in the line or the path", raw_evidence(line)))
                 continue
-            sink.emit(line, "checkpoint.saved" if saving else "checkpoint.restored",
-                      {"step": int(step.group("step")), "path": path}, scope="path",
-                      entity=path)
-        elif match := training_text.NEMO_SAVE.search(line):
-            iteration = int(match.group("step"))
-            if iteration not in saved_later:  # else the line naming its path says it
-                sink.emit(line, "checkpoint.saved", {"step": iteration, "path": "",
-                                                     "duration_s": float(match.group("dur"))})
-        elif match := training_text.ASYNC_DONE.search(line):
-            path = match.group("path")
-            found = _STEP_IN.search(path)
-            sink.emit(line, "checkpoint.saved", {
-                "step": int(found.group("step")) if found else int(match.group("step")),
-                "path": path}, scope="path", entity=path)
+            sink.emit(line, "checkpoint.restored", {"step": found, "path": path},
+                      scope="path", entity=path)
+            checkpoint_text.loaded(saves, found, path)
         elif (numbers := training_text.loss_dict(line)) is not None:
             at = numbers.pop("step", None)
             at = sink.progress.bar_step if at is None else at
@@ -353,8 +404,11 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 stepless.append(line)
                 continue
             sink.emit(line, "job.step", {"step": at, **numbers})
+            saves.loading = None
         elif progress := sink.progress.step(line):
             sink.emit(line, "job.step", progress)
+            saves.loading = None
+    _decide_saves(sink, saves)
     sink.place(lines)
     if stepless:
         sink.out.append(Reject("attributes.step", f"{len(stepless)} Trainer loss dict(s) "

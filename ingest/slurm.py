@@ -19,6 +19,9 @@ from typing import Any
 from ingest import hostlist
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError, loads
+from ingest.slurm_gpus import gpus_from_job
+
+__all__ = ["ADAPTER", "expand_hostlist", "gpus_from_job", "job_records", "parse"]
 
 _TERMINAL = {
     "COMPLETED": ("job.completed", None),
@@ -62,13 +65,17 @@ def _state(job: dict[str, Any]) -> tuple[str, str]:
     return str(raw or "").split()[0].upper() if raw else "", "" if reason == "None" else reason
 
 
-def _gpus(job: dict[str, Any]) -> int | None:
-    tres = job.get("tres", {})
-    for entry in (tres.get("allocated") or tres.get("requested") or []) if isinstance(
-            tres, dict) else []:
-        if isinstance(entry, dict) and entry.get("type") == "gres" and entry.get("name") == "gpu":
-            return int(entry.get("count") or 0)
-    return None
+def _gpus(job: dict[str, Any], state: str) -> dict[str, Any]:
+    """The attributes saying the attempt's GPUs and where that came from (none: unknown).
+    A pending job holds nothing: what its record says is what it asked for (scontrol's
+    `TRES=` of a requeued, pending job is its request)."""
+    found = gpus_from_job(job)
+    if not found:
+        return {}
+    count, source = found
+    if state == "PENDING" and source.startswith("allocation:"):
+        source = "request:" + source.removeprefix("allocation:")
+    return {"gpus": count, "gpus_source": source}
 
 
 def job_records(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]:
@@ -108,7 +115,7 @@ def job_records(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]
     if submitted is not None:
         add("job.submitted", submitted, {
             "user": str(job.get("user") or job.get("user_name") or ""),
-            "queue": str(job.get("partition") or ""), "gpus": _gpus(job),
+            "queue": str(job.get("partition") or ""), **_gpus(job, state),
             "nodes_requested": _number(job.get("node_count"))},
             f"submitted {job.get('name', '')}".strip())
     if state == "PENDING":
@@ -120,7 +127,9 @@ def job_records(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]
     except hostlist.HostlistError as exc:
         return [*out, Reject(exc.field, exc.reason, evidence)]
     if started is not None and nodes and nodes != ["None assigned"]:
-        add("job.started", started, {"nodes": nodes, "gpus": _gpus(job)},
+        add("job.started", started, {"nodes": nodes, "partition": str(job.get("partition")
+                                                                    or "") or None,
+                                     **_gpus(job, state)},
             f"running on {len(nodes)} nodes")
     terminal = _TERMINAL.get(state)
     if terminal:

@@ -65,11 +65,18 @@ def _records(text: str) -> list[tuple[int, str]]:
     return [(number, "\n".join(lines)) for number, lines in out]
 
 
-def sacct_shape(fields: dict[str, str]) -> dict[str, Any]:
-    """A `scontrol show job` record as the dict `ingest.slurm` reads from sacct --json."""
-    gpus = re.search(r"gres/gpu(?::[\w-]+)?=(\d+)", fields.get("TRES", "")
-                     or fields.get("ReqTRES", ""))
+_GPU_FIELDS = ("TRES", "AllocTRES", "ReqTRES", "TresPerNode", "TresPerJob", "TresPerTask",
+               "Gres", "SubmitLine", "NumTasks")
+"""scontrol's and sacct's fields that can say the GPUs (`ingest/slurm_gpus.py` reads them)."""
+
+
+def sacct_shape(fields: dict[str, str], gres_detail: list[str] | None = None
+                ) -> dict[str, Any]:
+    """A `scontrol show job` record as the dict `ingest.slurm` reads from sacct --json, with
+    the fields that say the GPUs kept as scontrol wrote them (`gres_detail`: the `GRES=` of
+    each node line of `scontrol show job -d`)."""
     code, _, _signal = fields.get("ExitCode", "").partition(":")
+    nodes = re.match(r"\d+", fields.get("NumNodes", ""))  # `2`, or `64-64` while pending
     job: dict[str, Any] = {
         "job_id": fields["JobId"], "name": fields.get("JobName", ""),
         "state": fields.get("JobState", ""), "state_reason": fields.get("Reason", ""),
@@ -77,7 +84,7 @@ def sacct_shape(fields: dict[str, str]) -> dict[str, Any]:
         "user": fields.get("UserId", "").split("(")[0],
         "restart_cnt": int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
         "nodes": "" if fields.get("NodeList", "") in _UNSET else fields["NodeList"],
-        "node_count": int(fields["NumNodes"]) if fields.get("NumNodes", "").isdigit() else None,
+        "node_count": int(nodes.group(0)) if nodes else None,
         "time": {"submission": _epoch(fields.get("SubmitTime", "")),
                  "start": _epoch(fields.get("StartTime", "")),
                  "end": _epoch(fields.get("EndTime", ""))},
@@ -85,10 +92,22 @@ def sacct_shape(fields: dict[str, str]) -> dict[str, Any]:
     }
     if fields.get("ClusterName"):
         job["cluster"] = fields["ClusterName"]
-    if gpus:
-        job["tres"] = {"allocated": [{"type": "gres", "name": "gpu",
-                                      "count": int(gpus.group(1))}]}
+    for key in _GPU_FIELDS:
+        if fields.get(key) and fields[key] not in _UNSET:
+            job["tasks" if key == "NumTasks" else key] = fields[key]
+    if gres_detail:
+        job["gres_detail"] = gres_detail
     return job
+
+
+def _node_gres(record: str) -> list[str]:
+    """The `GRES=` of each `Nodes=` line of `scontrol show -d job` (one per node set)."""
+    out = []
+    for line in record.splitlines():
+        words = line.split()
+        if words and words[0].startswith("Nodes="):
+            out += [w[5:] for w in words[1:] if w.startswith("GRES=") and w[5:] not in _UNSET]
+    return out
 
 
 def parse_scontrol(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
@@ -108,15 +127,15 @@ def parse_scontrol(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         if not fields.get("JobState"):
             out.append(Reject("JobState", "missing", raw_evidence(record), ref))
             continue
-        out.extend(text_job_records(fields, i, ctx, record))
+        out.extend(text_job_records(fields, i, ctx, record, _node_gres(record)))
     return out
 
 
-def text_job_records(fields: dict[str, str], i: int, ctx: Context,
-                     raw: str) -> list[dict[str, Any] | Reject]:
+def text_job_records(fields: dict[str, str], i: int, ctx: Context, raw: str,
+                     gres_detail: list[str] | None = None) -> list[dict[str, Any] | Reject]:
     """A job read from a Slurm text tool (scontrol, sacct -P), as sacct --json's events,
     with the tool's own text as evidence."""
-    drafts = job_records(sacct_shape(fields), i, ctx)
+    drafts = job_records(sacct_shape(fields, gres_detail), i, ctx)
     for draft in drafts:
         if isinstance(draft, dict):
             draft["attributes"]["raw"] = raw_evidence(raw)
@@ -155,7 +174,8 @@ _ON_FAILED = re.compile(r"Killing " + _JOB + r" on failed node (?P<node>\S+)")
 _TIME_LIMIT = re.compile(r"Time limit exhausted for " + _JOB)
 _REQUEUED = re.compile(r"_job_complete: requeue " + _JOB + r" per (?P<why>[\w/ -]{1,80})")
 _XID = re.compile(r"\bXid\b\D{0,3}(?P<xid>\d{1,4})", re.I)
-_PREEMPTED = re.compile(r"preempted " + _JOB + r" has been requeued")
+_PREEMPTED = re.compile(r"preempted " + _JOB + r" has been requeued"
+                        r"(?: to reclaim resources for JobId=(?P<by>\d+(?:_\d+)?))?")
 _SIGNALS = {9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT", 11: "SIGSEGV", 7: "SIGBUS", 2: "SIGINT"}
 
 
@@ -209,7 +229,8 @@ def _job_fields(body: str) -> tuple[str, str, dict[str, Any], str] | None:
     if m := _BARE_REQUEUE.match(body):
         return "job.requeued", m.group("job"), {"reason": "requeued"}, "warning"
     if m := _PREEMPTED.search(body):
-        return "job.preempted", m.group("job"), {"reason": "PREEMPTED"}, "warning"
+        return "job.preempted", m.group("job"), {"reason": "PREEMPTED", "requeued": True,
+                                                 "by_job": m.group("by")}, "warning"
     return None
 
 

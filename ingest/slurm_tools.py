@@ -32,8 +32,9 @@ from ingest.slurm import expand_hostlist
 _SACCT_FIELDS = {"JobID": "JobId", "JobName": "JobName", "Partition": "Partition",
                  "Account": "Account", "User": "UserId", "NodeList": "NodeList",
                  "NNodes": "NumNodes", "Submit": "SubmitTime", "Start": "StartTime",
-                 "End": "EndTime", "ExitCode": "ExitCode", "AllocTRES": "TRES",
-                 "ReqTRES": "ReqTRES", "Cluster": "ClusterName", "Reason": "Reason"}
+                 "End": "EndTime", "ExitCode": "ExitCode", "AllocTRES": "AllocTRES",
+                 "ReqTRES": "ReqTRES", "Cluster": "ClusterName", "Reason": "Reason",
+                 "SubmitLine": "SubmitLine", "NTasks": "NumTasks"}
 
 
 _SACCT_NAMES = {name.lower(): name for name in (*_SACCT_FIELDS, "State", "DerivedExitCode")}
@@ -174,6 +175,7 @@ def parse_squeue(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             if isinstance(nodes, Reject):
                 out.append(nodes)
                 continue
+            attributes.update(_squeue_gpus(col, nodes))
             start, source = None, "relative"
             if col.get("START_TIME") not in (None, "N/A"):
                 start, source = local_time(col["START_TIME"], ctx), "line"
@@ -198,6 +200,25 @@ def _reason(cell: str) -> tuple[str, bool]:
     if items and items[-1].count("[") > items[-1].count("]"):
         items[-1] = items[-1].rsplit(":", 1)[0] if ":" in items[-1] else ""
     return ", ".join(item for item in items if item) or "None", True
+
+
+_SQUEUE_GPUS = {"TRES_ALLOC": "tres_alloc_str", "TRES_PER_JOB": "tres_per_job",
+                "TRES_PER_NODE": "tres_per_node", "TRES_PER_TASK": "tres_per_task",
+                "GRES": "gres", "TASKS": "tasks", "NODES": "node_count"}
+"""squeue's columns that say a job's GPUs (`%b`/`-O tres-per-node`, `-O tres-alloc`, ...), by
+the field of squeue --json they print."""
+
+
+def _squeue_gpus(col: dict[str, str], nodes: list[str]) -> dict[str, Any]:
+    """The GPUs a running squeue row says (`gpus`, `gpus_source`), read as squeue --json's."""
+    from ingest.slurm_gpus import gpus_from_job
+
+    job: dict[str, Any] = {field: col[name] for name, field in _SQUEUE_GPUS.items()
+                           if col.get(name) not in (None, "", "N/A", "(null)")}
+    if nodes and "node_count" not in job:
+        job["node_count"] = len(nodes)
+    found = gpus_from_job(job)
+    return {"gpus": found[0], "gpus_source": found[1]} if found else {}
 
 
 _DOWN = ("down", "fail", "failing", "no_respond", "not_responding")

@@ -12,11 +12,8 @@
   (the dict has none of its own), on that step's one `job.step`; a NaN loss is said
   (`loss_is_nan`), not stored as a number; an evaluation's dict (`{'eval_loss': ...}`) is
   not a training step;
-- NeMo 2: the `[NeMo I 2025-06-18 21:56:22 nemo_logging:393]` prefix is the line's time;
-  `Global Checkpoint Save : Rank: 0 : Iteration: 24 : ... Save duration: 25.537s` is a
-  saved checkpoint (with its duration) unless a line naming its path follows (`Successfully
-  saved checkpoint from iteration 24 to ...`, `Async checkpoint save for step 25
-  (/ckpt/step=24.ckpt) finalized successfully`: the step of the path).
+- NeMo 2: the `[NeMo I 2025-06-18 21:56:22 nemo_logging:393]` prefix is the line's time
+  (its checkpoint lines are read by `ingest/checkpoint_text.py`).
 """
 
 from __future__ import annotations
@@ -31,11 +28,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]{0,16}[A-Za-z]")
 _NEMO = re.compile(r"^\s*\[NeMo [IWEDC] (?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) [\w.]+:\d+\]")
 _DICT = re.compile(r"^\{'(?:loss|train_loss|eval_loss)': ")
 _PAIR = re.compile(r"'(?P<k>\w+)': (?P<v>[^,{}]{1,64})")
-NEMO_SAVE = re.compile(r"Global Checkpoint Save : Rank: (?P<rank>\d+) : Iteration: "
-                       r"(?P<step>\d+) : Start time: [\d.]+s : Save duration: "
-                       r"(?P<dur>[\d.]+)s")
-ASYNC_DONE = re.compile(r"Async checkpoint save for step (?P<step>\d+) \((?P<path>[^)\s]+)\) "
-                        r"finalized successfully")
 _KEYS = {"loss": "loss", "train_loss": "loss", "grad_norm": "grad_norm",
          "learning_rate": "learning_rate", "epoch": "epoch"}
 
@@ -91,6 +83,12 @@ _RAISED = re.compile(r"(?:^|\]:?\s*|\s)(?P<exc>(?:[A-Za-z_]\w{0,63}\.){0,8}[A-Za
 _NCCL_IN = re.compile(r"NCCL error in: \S+, (?P<what>[^(\n]{1,200}?)\s*(?:\(|,|$)")
 _EXIT_LABELS = ("ecc", "gpu_lost", "enospc", "io_error", "illegal_memory", "segfault",
                 "dataloader", "bus_error")
+
+
+def exception(line: str) -> str | None:
+    """`Exc: message` when the line is the last line of a Python traceback, else None."""
+    m = _RAISED.search(line) if "Error" in line or "Exception" in line else None
+    return f"{m.group('exc')}: {m.group('msg')}" if m else None
 
 
 def raised(line: str) -> tuple[str, dict[str, Any]] | None:

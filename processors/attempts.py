@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from processors import gpus as gpu_count
 from schemas.events import Event
 
 LIFECYCLE_TYPES = frozenset({
@@ -51,6 +52,9 @@ class Attempt:
     end_reason: str = ""
     nodes: tuple[str, ...] = ()
     gpus: int = 0
+    gpus_source: str = ""
+    """What said `gpus` (`allocation:...`, `request:...`, `topology:...`; '' unknown):
+    processors/gpus.py."""
     gpu_ids: tuple[str, ...] = ()
     ranks: tuple[tuple[str, str], ...] = ()
     image: str = ""
@@ -59,6 +63,9 @@ class Attempt:
     config_hash: str = ""
     mounts: tuple[str, ...] = ()
     checkpoint_dir: str = ""
+    requeued_at: datetime | None = None
+    """When the scheduler requeued this attempt (the job stays queued with its request):
+    without it, an attempt that ended holds no GPUs until the next one starts."""
     applied: frozenset[str] = field(default_factory=frozenset)
 
     @property
@@ -124,9 +131,19 @@ def _versions(attempt: Attempt, attrs: dict[str, object]) -> Attempt:
     return replace(attempt, **updates) if updates else attempt  # type: ignore[arg-type]
 
 
+def _counted(attempt: Attempt, event: Event) -> Attempt:
+    """The GPU count the event states, when it is better than the attempt's."""
+    found = gpu_count.said(event)
+    if found is None or not gpu_count.better(found, (attempt.gpus, attempt.gpus_source)):
+        return attempt
+    return replace(attempt, gpus=found[0], gpus_source=found[1])
+
+
 def _apply(attempt: Attempt, event: Event) -> Attempt:
     attrs = event.attributes
     kind = event.type
+    if kind in ("job.submitted", "job.started"):
+        attempt = _counted(attempt, event)
     if kind == "job.submitted":
         priority = attrs.get("priority")
         attempt = replace(
@@ -135,7 +152,6 @@ def _apply(attempt: Attempt, event: Event) -> Attempt:
             user=_str(attrs.get("user")) or attempt.user,
             queue=_str(attrs.get("queue")) or attempt.queue,
             priority=priority if isinstance(priority, int) else attempt.priority,
-            gpus=attempt.gpus or int(attrs.get("gpus") or 0),
         )
         # the submission's versions fill gaps; an attempt's own start event keeps priority
         filled = _versions(Attempt(attempt.project, attempt.cluster, attempt.job_id, 0), attrs)
@@ -154,15 +170,18 @@ def _apply(attempt: Attempt, event: Event) -> Attempt:
     if kind == "job.started":
         ranks = attrs.get("ranks") or {}
         attempt = replace(
-            attempt,
-            started_at=event.time,
+            attempt,  # the earliest report of the start (squeue's is rounded down)
+            started_at=event.time if attempt.started_at is None else min(attempt.started_at,
+                                                                         event.time),
             nodes=tuple(attrs.get("nodes") or ()) or attempt.nodes,
-            gpus=int(attrs.get("gpus") or 0) or attempt.gpus,
             gpu_ids=tuple(attrs.get("gpu_ids") or ()) or attempt.gpu_ids,
             ranks=tuple(sorted((str(k), str(v)) for k, v in dict(ranks).items())) or attempt.ranks,
         )
         return _versions(attempt, attrs)
     outcome = _OUTCOME[kind]
+    if kind == "job.requeued" or (kind == "job.preempted" and attrs.get("requeued") is True):
+        attempt = replace(attempt, requeued_at=event.time if attempt.requeued_at is None
+                          else min(attempt.requeued_at, event.time))
     if attempt.outcome and _OUTCOME_RANK[attempt.outcome] > _OUTCOME_RANK[outcome]:
         return attempt
     exit_code = attrs.get("exit_code")
@@ -181,11 +200,44 @@ def _blank(job: JobRecord, event: Event, number: int) -> Attempt:
     base = Attempt(job.project, event.cluster, job.job_id, number)
     if first is None:
         return base
+    gpus, source = _inherited(job, number)
     return replace(
-        base, user=first.user, queue=first.queue, priority=first.priority, gpus=first.gpus,
-        image=first.image, code_version=first.code_version, data_version=first.data_version,
-        config_hash=first.config_hash, mounts=first.mounts, checkpoint_dir=first.checkpoint_dir,
+        base, user=first.user, queue=first.queue, priority=first.priority, gpus=gpus,
+        gpus_source=source, image=first.image, code_version=first.code_version,
+        data_version=first.data_version, config_hash=first.config_hash, mounts=first.mounts,
+        checkpoint_dir=first.checkpoint_dir,
     )
+
+
+def _inherited(job: JobRecord, number: int) -> gpu_count.Count:
+    """The best count another attempt of the job has, as this attempt's request."""
+    best: gpu_count.Count = (0, "")
+    for other in sorted(job.attempts.values(), key=lambda a: a.attempt):
+        if other.attempt != number and other.gpus > 0 and gpu_count.rank(
+                other.gpus_source) >= gpu_count.KINDS["request"] and \
+                not gpu_count.is_inherited(other.gpus_source):
+            candidate = gpu_count.inherited((other.gpus, other.gpus_source), other.attempt)
+            if gpu_count.better(candidate, best):
+                best = candidate
+    return best
+
+
+def _shared(attempts: dict[int, Attempt], job: JobRecord, number: int) -> set[int]:
+    """An attempt that got a count (an allocation, a request) gives it to the job's other
+    attempts that have none better than the topology's: same job, same request. Returns
+    the attempts it changed."""
+    given = attempts[number]
+    if given.gpus <= 0 or gpu_count.rank(given.gpus_source) < gpu_count.KINDS["request"] \
+            or gpu_count.is_inherited(given.gpus_source):
+        return set()
+    offer = gpu_count.inherited((given.gpus, given.gpus_source), number)
+    changed = set()
+    for other, attempt in attempts.items():
+        if other != number and gpu_count.rank(attempt.gpus_source) < gpu_count.KINDS[
+                "request"] and gpu_count.better(offer, (attempt.gpus, attempt.gpus_source)):
+            attempts[other] = replace(attempt, gpus=offer[0], gpus_source=offer[1])
+            changed.add(other)
+    return changed
 
 
 def _number(job: JobRecord, event: Event) -> int:
@@ -198,7 +250,16 @@ def _number(job: JobRecord, event: Event) -> int:
                    and a.attempt > 1]
         if waiting:
             return min(waiting)
+        running = job.attempts.get(job.attempt_at(event.time) or 0)
+        if running is not None and running.ended_at is not None and \
+                running.ended_at < event.time and running.outcome in _RESTARTED:
+            # a start after the attempt ended (requeued, preempted, failed) and no requeue
+            # line seen: the scheduler started it again, a new attempt
+            return max(job.attempts) + 1
     return job.attempt_at(event.time) or 1
+
+
+_RESTARTED = frozenset({"requeued", "preempted", "failed", "timeout"})
 
 
 def evolve(job: JobRecord | None, event: Event) -> tuple[JobRecord | None, frozenset[int]]:
@@ -215,8 +276,11 @@ def evolve(job: JobRecord | None, event: Event) -> tuple[JobRecord | None, froze
     attempts = dict(job.attempts)
     current = attempts.get(number) or _blank(job, event, number)
     attempts[number] = replace(_apply(current, event), applied=current.applied | {event.id})
-    changed = {number}
-    if event.type == "job.requeued":
+    changed = {number} | _shared(attempts, job, number)
+    if event.type == "job.requeued" or (event.type == "job.preempted"
+                                        and event.attributes.get("requeued") is True):
+        # a preemption that says it requeued the job (slurmctld's `preempted JobId=N has
+        # been requeued`) opens the next attempt as a requeue does
         raw_next = event.attributes.get("next_attempt")
         nxt = raw_next if isinstance(raw_next, int) and raw_next > number else number + 1
         follower = attempts.get(nxt) or _blank(replace(job, attempts=attempts), event, nxt)

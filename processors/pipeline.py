@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from processors import gpus
 from processors.attempts import LIFECYCLE_TYPES, Attempt, JobRecord, evolve
 from processors.incidents.archive import Archive
 from processors.incidents.detector import Detector
@@ -204,6 +205,16 @@ class Pipeline:
         return event.model_copy(update={"entity": f"{event.node}/gpu{index}",
                                         "attributes": {**event.attributes, "gpu": str(index)}})
 
+    def named(self, event: Event) -> Event:
+        """The event as the folds see it: a GPU named from its PCI address (`gpu_named`), a
+        start on a whole-node partition with the topology's GPU count (`gpus.whole_nodes`)."""
+        event = self.gpu_named(event)
+        if event.type != "job.started":
+            return event
+        job = self.jobs.get((event.project, event.job_id or ""))
+        queue = next((a.queue for a in job.attempts.values() if a.queue), "") if job else ""
+        return gpus.whole_nodes(event, self.topology, queue)
+
     def process(self, events: Sequence[Event],
                 raw: Mapping[str, bytes] | None = None) -> Outputs:
         """Fold a batch; events must already be new (the sink filters stored ids). `raw`:
@@ -211,7 +222,7 @@ class Pipeline:
         journal keeps it rather than encoding the event again)."""
         out = Outputs(events=list(events))
         given = raw or {}
-        named = [self.gpu_named(e) for e in events]
+        named = [self.named(e) for e in events]
         json_of = {e.id: given[e.id] for e, n in zip(events, named, strict=True)
                    if n is e and e.id in given}
         events = named
@@ -281,7 +292,7 @@ class Pipeline:
                 if event.type == "topology.link":
                     continue
                 try:
-                    named = self.gpu_named(event)
+                    named = self.named(event)
                     self.detector.observe(named, self._rows(named))
                 except Exception as exc:  # stored history must never stop a start
                     failed.append(f"{event.type} {event.id}: {type(exc).__name__}: {exc}")

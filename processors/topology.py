@@ -43,6 +43,8 @@ class Topology:
         self._gpu_pci: dict[str, dict[str, int]] = {}
         self._gpu_pci_default: dict[str, int] = {}
         self._rack_of: dict[str, str] = {}
+        self._gpus_of: dict[str, int] = {}
+        self._whole_node: set[str] = set()
 
     @classmethod
     def from_file(cls, spec: TopologyFile) -> Topology:
@@ -55,7 +57,9 @@ class Topology:
                 topology._uplinks[name].add(up)
                 topology._downlinks[up].add(name)
         topology._gpu_pci_default = {pci_key(k): v for k, v in spec.gpu_pci.items()}
+        topology._whole_node = {name for name, p in spec.partitions.items() if p.whole_node}
         for node, node_spec in spec.nodes.items():
+            topology._gpus_of[node] = node_spec.gpus
             if node_spec.rack:
                 topology._rack_of[node] = node_spec.rack
             if node_spec.gpu_pci:
@@ -117,6 +121,14 @@ class Topology:
     def rack_of(self, node: str) -> str:
         """The node's rack, '' when the topology file does not say."""
         return self._rack_of.get(node, "")
+
+    def gpus_of(self, node: str) -> int | None:
+        """The node's GPUs as the topology file says (None: a node it does not list)."""
+        return self._gpus_of.get(node)
+
+    def whole_node(self, partition: str) -> bool:
+        """Whether the partition allocates whole nodes (`partitions.<name>.whole_node`)."""
+        return partition in self._whole_node
 
     def links_of(self, node: str, time: datetime) -> list[Link]:
         return [link for nic in sorted(self._nics_of.get(node, ()))

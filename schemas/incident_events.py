@@ -48,6 +48,7 @@ __all__ = [
     "DiagnosisRevised",
     "EvidenceAttached",
     "FailureStepUpdated",
+    "GpusRevised",
     "ImpactAssessed",
     "IncidentOpened",
     "JobImpacted",
@@ -132,6 +133,8 @@ class JobImpacted(Payload):
     KIND = "job_impacted"
     job: JobRef
     gpus: int = 0
+    gpus_source: str = ""
+    """What said the GPU count (processors/gpus.py); '' with 0 GPUs: unknown, so is the loss."""
     role: str = "failed"  # failed, degraded, linked
     started_at: datetime | None = None
     failed_at: datetime | None = None
@@ -142,6 +145,18 @@ class JobImpacted(Payload):
     degraded_since: datetime | None = None
     failure_step_at: datetime | None = None
     """When progress first reached the failure step (the setback is measured from it)."""
+
+
+class GpusRevised(Payload):
+    """A better source said the attempt's GPUs (an allocation after a request, a count
+    after none): the impact holds the new count, and the loss is assessed again."""
+
+    KIND = "gpus_revised"
+    job: JobRef
+    gpus: int
+    gpus_source: str = ""
+    previous: int = 0
+    previous_source: str = ""
 
 
 class FailureStepUpdated(Payload):
@@ -260,6 +275,9 @@ class ImpactAssessed(Payload):
     downtime_s: float | None = None
     restore_s: float | None = None
     queue_s: float | None = None
+    unheld_s: float | None = None
+    """The wait the job held no GPUs (it ended without a requeue, until resubmitted): the
+    time-to-train delay, reported beside the loss."""
     setback_s: float | None = None
     degraded_s: float | None = None
     charged_elsewhere_gpu_hours: float | None = None
@@ -342,8 +360,7 @@ class Closed(Payload):
 
 PAYLOADS: dict[str, type[Payload]] = {cls.KIND: cls for cls in (
     IncidentOpened, SignalAdded, SignalEnded, EvidenceAttached, JobImpacted,
-    FailureStepUpdated,
-    CauseUpdated, SeverityChanged,
+    FailureStepUpdated, GpusRevised, CauseUpdated, SeverityChanged,
     OwnerAssigned, Acknowledged, CommanderAssigned, NoteAdded, Mitigated, Paged,
     TimeCorrected, RecoveryObserved,
     RecoveryVerified, ImpactAssessed, Resolved, Reopened, PostmortemDrafted,

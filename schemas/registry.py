@@ -56,6 +56,8 @@ class JobSubmitted(Attributes):
     data_version: str | None = None
     config_hash: str | None = None
     gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS)
+    gpus_source: str | None = None
+    """What said the GPU count (`allocation:...`, `request:...`): processors/gpus.py."""
     nodes_requested: int | None = Field(default=None, ge=0)
     mounts: list[str] = Field(default_factory=list)
     checkpoint_dir: str | None = None
@@ -75,6 +77,8 @@ class JobAdmitted(Attributes):
 class JobStarted(Attributes):
     nodes: list[str] = Field(default_factory=list)
     gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS)
+    gpus_source: str | None = None
+    """What said the GPU count (`allocation:...`, `request:...`): processors/gpus.py."""
     gpu_ids: list[str] = Field(default_factory=list)
     # rank -> node; JSON object keys are strings, so ranks are strings here
     ranks: dict[str, str] = Field(default_factory=dict)
@@ -130,10 +134,21 @@ class CheckpointSaved(Attributes):
     size_bytes: int | None = Field(default=None, ge=0)
 
 
+class CheckpointStarted(Attributes):
+    """A save that started: a checkpoint only when the framework says it finished
+    (`checkpoint.saved`), or a rerun restores it."""
+
+    step: int = Field(ge=0, le=MAX_STEP)
+    path: str | None = None
+
+
 class CheckpointFailed(Attributes):
     step: int | None = Field(default=None, ge=0, le=MAX_STEP)
     path: str | None = None
     reason: str
+    operation: str | None = None
+    """`save` (default) or `restore`: a load that failed (a truncated shard, a missing
+    file) means the rerun did not resume from it."""
 
 
 class CheckpointRestored(Attributes):
@@ -297,6 +312,8 @@ _TYPES = [
     EventType("job.step", Source.job, JobStep, True, "Training progress"),
     EventType("job.worker_exited", Source.job, WorkerExited, True, "A rank's process exited"),
     EventType("job.oom", Source.job, WorkerExited, True, "CUDA or host out of memory"),
+    EventType("checkpoint.started", Source.job, CheckpointStarted, True,
+              "Checkpoint save started (not a checkpoint until it finished)"),
     EventType("checkpoint.saved", Source.job, CheckpointSaved, True, "Checkpoint written"),
     EventType("checkpoint.failed", Source.job, CheckpointFailed, True, "Checkpoint write failed"),
     EventType("checkpoint.restored", Source.job, CheckpointRestored, True, "Checkpoint loaded"),

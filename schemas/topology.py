@@ -49,6 +49,14 @@ class FilesystemSpec(BaseModel):
     targets: list[str] = Field(default_factory=list)
 
 
+class PartitionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    whole_node: bool = False
+    """Jobs get whole nodes (`OverSubscribe=EXCLUSIVE`): a job that says no GPU count holds
+    every GPU of its nodes (processors/gpus.py)."""
+
+
 class TopologyFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -57,6 +65,7 @@ class TopologyFile(BaseModel):
     nodes: dict[str, NodeSpec] = Field(default_factory=dict)
     switches: dict[str, SwitchSpec] = Field(default_factory=dict)
     filesystems: dict[str, FilesystemSpec] = Field(default_factory=dict)
+    partitions: dict[str, PartitionSpec] = Field(default_factory=dict)
     gpu_pci: dict[str, int] = Field(default_factory=dict)
     """PCI bus address (`0000:9b:00.0`, as `nvidia-smi -q` prints it) -> GPU index, for
     every node of the same build; a kernel Xid names the PCI address, the people fixing it

@@ -21,7 +21,9 @@
 
 Event fields are the canonical envelope's, with `job` for `job_id`, `at` for an offset
 (`71m3.05s`, `1h2m`, `90s`), and host lists (`node-[001-064]`) in `attributes.nodes`. Ids
-are derived from the content, so a file always gives the same events. What `expect` may
+are derived from the content, so a file always gives the same events. A source's own output
+is an item `{raw: <adapter>, text: ..., job:, attempt:, node:, at:}` read by that adapter
+(slurmctld lines, `squeue --json`, a training log) as a shipper would deliver it. What `expect` may
 check is in `check_incident`; a postmortem's failure sample is a file like these
 (`jobtrail postmortem sample`), checked with `jobtrail scenario check FILE`.
 """
@@ -105,6 +107,32 @@ def _event(record: dict[str, Any], start: datetime, project: str) -> Event:
     return Event.model_validate(data)
 
 
+def _raw(record: dict[str, Any], start: datetime, project: str, origin: str) -> list[Event]:
+    """A source's own output delivered as it is (`raw: slurmctld`, `text: |` the lines), read
+    by that adapter with what the shipper would say (`job`, `attempt`, `node`, `cluster`,
+    `project`; `at`: when it was read). Every line must give events or be skipped: a dead
+    letter is an error of the scenario, naming the reason."""
+    from ingest.adapters import Context, registry
+    from ingest.adapters import run as read
+
+    adapter = registry().get(str(record["raw"]))
+    if adapter is None:
+        raise ValueError(f"raw: no adapter {record['raw']!r}")
+    attempt = record.get("attempt")
+    ctx = Context(producer=f"scenario@{record.get('cluster', 'cluster-a')}",
+                  observed_at=start + offset(record.get("at", 0)),
+                  cluster=str(record.get("cluster", "cluster-a")),
+                  project=str(record.get("project", project)), job_id=str(record.get("job", "")),
+                  attempt=attempt if isinstance(attempt, int) else None,
+                  node=str(record.get("node", "")), origin=origin)
+    out = read(adapter, str(record["text"]), ctx)
+    dead = [d for d in out if not isinstance(d, Event)]
+    if dead:
+        raise ValueError(f"raw {record['raw']}: dead-lettered: "
+                         f"{[getattr(d, 'reason', d) for d in dead][:3]}")
+    return [e for e in out if isinstance(e, Event)]
+
+
 def _rules(overrides: dict[str, Any] | None) -> Rules:
     base = load_rules()
     if not overrides:
@@ -171,7 +199,10 @@ def load_document(data: Any, path: Path | None = None) -> Scenario:
     events = []
     for n, record in enumerate(data.get("events") or []):
         try:
-            events.append(_event(record, start, project))
+            if "raw" in record:
+                events.extend(_raw(record, start, project, f"{data['name']}:events[{n}]"))
+            else:
+                events.append(_event(record, start, project))
         except (KeyError, TypeError, ValueError) as exc:
             raise ScenarioError(f"{where}events[{n}]: {exc}") from None
     return Scenario(data["name"], data.get("story", ""), data.get("source", ""), start, events,
@@ -235,7 +266,8 @@ def check_incident(scenario: Scenario, inc: Incident, want: dict[str, Any],
               "owner_rule": inc.owner_rule, "key": inc.key, "severity": inc.severity,
               "recovery": inc.recovery, "status": inc.status, "signals": inc.signals,
               "confidence": round(inc.confidence, 4), "lost_gpu_hours": inc.lost_gpu_hours,
-              "lost_steps": inc.lost_steps, "cause_entity": inc.cause_entity,
+              "lost_steps": inc.lost_steps, "loss_unknown": inc.loss_unknown,
+              "cause_entity": inc.cause_entity,
               "cause_source": inc.cause_source, "active": inc.active}
     for name, actual in simple.items():
         if name in want:
@@ -265,6 +297,9 @@ def check_incident(scenario: Scenario, inc: Incident, want: dict[str, Any],
     for text in want.get("explanation_contains", []):
         if text not in inc.explanation:
             problems.append(f"explanation: {text!r} not in {inc.explanation!r}")
+    for text in want.get("loss_unknown_contains", []):
+        if text not in inc.loss_unknown:
+            problems.append(f"loss_unknown: {text!r} not in {inc.loss_unknown!r}")
     for text in want.get("severity_why_contains", []):
         if text not in inc.severity_why:
             problems.append(f"severity_why: {text!r} not in {inc.severity_why!r}")

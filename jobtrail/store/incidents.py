@@ -20,8 +20,21 @@ RETENTION_COLUMNS = ("incident_id", "version", "status", "closed_at", "postmorte
 """The columns of `incidents` copied to `incident_retention` (jobtrail.reports.retention)."""
 
 INCIDENT_LIST = ("incident_id, status, severity, class, entity, owner, title, opened_at, "
-                 "resolved_at, impacted_jobs, impacted_gpus, lost_gpu_hours, recovery, "
-                 "projects, confidence")
+                 "resolved_at, impacted_jobs, impacted_gpus, lost_gpu_hours, loss_unknown, "
+                 "recovery, projects, confidence")
+
+
+def shown(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as people read it: a loss no source could count (`loss_unknown`) with nothing
+    counted is `lost_gpu_hours: null`, never 0.0; one partly counted keeps its figure (a
+    lower bound) beside the reason."""
+    if row.get("loss_unknown") and not row.get("lost_gpu_hours"):
+        row["lost_gpu_hours"] = None
+    if row.get("loss_unknown"):  # a GPU count no source said is unknown, not 0
+        for name in ("gpus", "impacted_gpus"):
+            if name in row and not row[name]:
+                row[name] = None
+    return row
 
 
 def confidence(stored: Any) -> float:
@@ -150,15 +163,16 @@ class IncidentTables:
             infra=infrastructure and projects is None)
         for row in rows:
             row["confidence"] = confidence(row["confidence"])
+        rows = [shown(r) for r in rows]
         if projects is None or not rows:
             return rows
         jobs: dict[str, list[dict[str, Any]]] = {}
         for job in self._dicts(
                 "SELECT incident_id, project, job_id, attempt, role, gpus, lost_gpu_hours, "
-                "lost_steps, recovery FROM incident_jobs FINAL "
+                "loss_unknown, lost_steps, recovery FROM incident_jobs FINAL "
                 "WHERE incident_id IN {ids:Array(String)} AND role != 'moved'",
                 ids=[r["incident_id"] for r in rows]):
-            jobs.setdefault(job["incident_id"], []).append(job)
+            jobs.setdefault(job["incident_id"], []).append(shown(job))
         return [summary(r, jobs.get(r["incident_id"], []), projects) for r in rows]
 
     def incident(self, incident_id: str,
@@ -174,11 +188,11 @@ class IncidentTables:
             id=incident_id, all=projects is None, projects=list(projects or []))
         if not rows:
             return None
-        out = rows[0]
+        out = shown(rows[0])
         out["confidence"] = confidence(out["confidence"])
-        out["jobs"] = self._dicts(
+        out["jobs"] = [shown(j) for j in self._dicts(
             "SELECT * EXCEPT version FROM incident_jobs FINAL WHERE incident_id = {id:String} "
-            "AND role != 'moved' ORDER BY project, job_id, attempt", id=incident_id)
+            "AND role != 'moved' ORDER BY project, job_id, attempt", id=incident_id)]
         out["evidence"] = self._dicts(
             "SELECT * EXCEPT incident_id FROM incident_evidence FINAL "
             "WHERE incident_id = {id:String} AND role != 'moved' ORDER BY time, event_id",

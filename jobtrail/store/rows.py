@@ -22,6 +22,7 @@ ATTEMPT_COLUMNS = [
     "submitted_at", "started_at", "ended_at", "queue_wait_s", "pending_reasons", "pending_times",
     "exit_code", "end_reason", "nodes", "gpus", "gpu_ids", "ranks", "image", "code_version",
     "data_version", "config_hash", "mounts", "checkpoint_dir", "source_event_ids", "version",
+    "gpus_source", "requeued_at",
 ]
 DEAD_LETTER_COLUMNS = [
     "id", "received_at", "stage", "reason", "field", "producer", "event_ref", "payload",
@@ -47,7 +48,7 @@ def attempt_row(a: Attempt) -> list[Any]:
         [reason for _, reason in a.pending], [t for t, _ in a.pending], a.exit_code,
         a.end_reason, list(a.nodes), a.gpus, list(a.gpu_ids), dict(a.ranks), a.image,
         a.code_version, a.data_version, a.config_hash, list(a.mounts), a.checkpoint_dir,
-        sorted(a.applied), a.version,
+        sorted(a.applied), a.version, a.gpus_source, a.requeued_at,
     ]
 
 
@@ -77,6 +78,7 @@ def attempt_from_row(row: dict[str, Any]) -> Attempt:
         code_version=row["code_version"], data_version=row["data_version"],
         config_hash=row["config_hash"], mounts=tuple(row["mounts"]),
         checkpoint_dir=row["checkpoint_dir"], applied=frozenset(row["source_event_ids"]),
+        gpus_source=row.get("gpus_source") or "", requeued_at=_utc(row.get("requeued_at")),
     )
 
 

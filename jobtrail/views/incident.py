@@ -143,8 +143,14 @@ class Narrowing:
         own = self.own
         out["impacted_jobs"] = len({(j["project"], j["job_id"]) for j in own
                                     if j.get("role") != "linked"})
-        out["impacted_gpus"] = sum(j["gpus"] for j in own if j.get("role") == "failed")
-        out["lost_gpu_hours"] = round(sum(j["lost_gpu_hours"] for j in own), 6)
+        out["impacted_gpus"] = sum(j["gpus"] or 0 for j in own if j.get("role") == "failed")
+        out["lost_gpu_hours"] = round(sum(j["lost_gpu_hours"] or 0.0 for j in own), 6)
+        unknown = sorted({j["loss_unknown"] for j in own if j.get("loss_unknown")})
+        out["loss_unknown"] = "; ".join(unknown)
+        if unknown and not out["lost_gpu_hours"]:
+            out["lost_gpu_hours"] = None  # never a loss of 0 no source could count
+        if unknown and not out["impacted_gpus"]:
+            out["impacted_gpus"] = None
         if "lost_steps" in out:
             out["lost_steps"] = sum(j.get("lost_steps") or 0 for j in own)
         if "recovery" in out and all("recovery" in j for j in own):

@@ -58,7 +58,8 @@ def loss(row: dict[str, Any]) -> str:
     jobs = row.get("impacted_jobs") or 0
     if jobs and not lost and row.get("recovery") != "verified":
         return NOT_ASSESSED
-    return f"{float(lost):.2f}"
+    # some attempts' GPUs unknown (`loss_unknown`): the figure counts the others only
+    return f">= {float(lost):.2f}" if row.get("loss_unknown") else f"{float(lost):.2f}"
 
 
 def incident_rows(rows: Sequence[dict[str, Any]]) -> str:
@@ -75,8 +76,8 @@ def incident_rows(rows: Sequence[dict[str, Any]]) -> str:
             f"{r['impacted_jobs']:>4} {'?' if gpus is None else gpus:>5} {loss(r):>10}  "
             f"{shown(r.get('recovery') or '-')}  (opened {when(r.get('opened_at'))})")
     notes = {why for r in rows if r.get("lost_gpu_hours") is None
-             for why in [str(r.get("loss_unknown_reason") or r.get("gpus_unknown_reason")
-                             or "")] if why}
+             for why in [str(r.get("loss_unknown") or r.get("loss_unknown_reason")
+                             or r.get("gpus_unknown_reason") or "")] if why}
     if any(loss(r) == NOT_ASSESSED for r in rows):
         out.append(f"{NOT_ASSESSED}: not assessed yet (assessed once the jobs make progress "
                    "again; `jobtrail incident show ID` has what is at risk)")
@@ -171,25 +172,28 @@ def incident_text(f: dict[str, Any], ctx: Context) -> str:
             f"  severity: {shown(f['severity_why'])}"]
     lost = loss(f)
     figure = "not assessed yet" if lost == NOT_ASSESSED else (
-        "unknown" if lost == "unknown" else f"{lost} GPU-hours")
+        "unknown GPU-hours" if lost == "unknown" else f"{lost} GPU-hours")
     gpus = f.get("impacted_gpus")
     out.append(f"  impact: {f['impacted_jobs']} jobs, {'unknown' if gpus is None else gpus} "
                f"GPUs, {figure} and {f['lost_steps']} steps lost; recovery "
                f"{shown(f.get('recovery') or '-')}"
                + (f"; flags {', '.join(map(shown, f['flags']))}" if f.get("flags") else ""))
+    if f.get("loss_unknown"):
+        out.append(f"  loss unknown: {shown(f['loss_unknown'])}")
     for j in f.get("jobs") or ():
         jl = j.get("lost_gpu_hours")
         out.append(f"    {shown(j['project'])}/{shown(j['job_id'])} attempt {j['attempt']} "
                    f"({j['role']}): {'unknown' if j.get('gpus') is None else j['gpus']} GPUs, "
                    f"failed {when(j.get('failed_at'))} at step {j.get('failure_step')}, "
                    f"checkpoint {j.get('last_checkpoint_step')}, {shown(j.get('recovery'))}, "
-                   + ("unknown" if jl is None else f"{float(jl):.2f}") + " GPU-h")
+                   + ("unknown" if jl is None else f"{float(jl):.2f}") + " GPU-h"
+                   + (f" (GPUs: {shown(j['gpus_source'])})" if j.get("gpus_source") else ""))
         split = [(name, j.get(f"{name}_s") or 0) for name in
                  ("rework", "downtime", "restore", "degraded")]
         if any(seconds for _, seconds in split):
             out.append("      lost time: " + ", ".join(f"{name} {seconds / 60:.1f} min"
                                                       for name, seconds in split if seconds))
-        beside = [(name, j.get(f"{name}_s") or 0) for name in ("setback", "queue")]
+        beside = [(name, j.get(f"{name}_s") or 0) for name in ("setback", "queue", "unheld")]
         if any(seconds for _, seconds in beside):
             out.append("      not counted: " + ", ".join(f"{name} {seconds / 60:.1f} min"
                                                         for name, seconds in beside))

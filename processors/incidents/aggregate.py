@@ -16,6 +16,8 @@ class JobImpact:
     job_id: str
     attempt: int
     gpus: int = 0
+    gpus_source: str = ""
+    """What said `gpus` (`allocation:...`, `request:...`, `topology:...`): processors/gpus."""
     started_at: datetime | None = None
     failed_at: datetime | None = None
     failure_step: int | None = None
@@ -36,6 +38,9 @@ class JobImpact:
     restore_s: float = 0.0
     queue_s: float = 0.0
     """The rest of that wait (queued behind other work, after a preemption): not counted."""
+    unheld_s: float = 0.0
+    """The wait the job held no GPUs (it ended without a requeue, until resubmitted): the
+    time-to-train delay, not counted."""
     setback_s: float = 0.0
     """Wall clock: progress passed the failure step again - when it first reached it."""
     failure_step_at: datetime | None = None
@@ -47,6 +52,17 @@ class JobImpact:
     @property
     def key(self) -> str:
         return f"{self.project}/{self.job_id}/{self.attempt}"
+
+    @property
+    def loss_unknown(self) -> str:
+        """Why this attempt's lost GPU-hours are unknown ('' when they are known): a failed
+        attempt no source gave a GPU count. Its phases (rework, downtime, restore) are
+        still measured; only the GPU count to multiply them by is missing."""
+        if self.role != "failed" or self.gpus > 0:
+            return ""
+        from processors.gpus import UNKNOWN
+
+        return UNKNOWN
 
     @property
     def recovery(self) -> str:
@@ -184,6 +200,20 @@ class Incident:
     def lost_gpu_hours(self) -> float:
         return round(sum(j.lost_gpu_hours for j in self.jobs.values())
                      + self.charged_gpu_hours, 6)
+
+    @property
+    def loss_unknown(self) -> str:
+        """Why the incident's lost GPU-hours are unknown or only a lower bound ('' when
+        every failed attempt's GPU count is known): `lost_gpu_hours` then counts only the
+        attempts whose GPUs are known, and is never to be shown as a loss of 0."""
+        unknown = sorted(j.key for j in self.jobs.values() if j.loss_unknown)
+        if not unknown:
+            return ""
+        from processors.gpus import UNKNOWN
+
+        counted = self.lost_gpu_hours
+        rest = f"; {counted:g} GPU-hours counted for the others" if counted else ""
+        return f"GPUs unknown for {', '.join(unknown)}: {UNKNOWN}{rest}"
 
     @property
     def lost_steps(self) -> int:

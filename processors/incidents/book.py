@@ -136,6 +136,17 @@ class Progress:
     stalls: list[tuple[datetime, datetime, str]] = field(default_factory=list)
     """(from, to, event) saves that took `STALL_RATIO` x the usual: impact of a shared
     entity's incident even though the attempt never failed."""
+    first_step: int | None = None
+    first_step_at: datetime | None = None
+    """The attempt's first progress report: where and when it resumed (processors/gpu_time)."""
+    saved: list[tuple[int, datetime]] = field(default_factory=list)
+    """Checkpoints the attempt wrote that finished (step, time), the newest `SAVES_KEPT`."""
+    started_saves: list[tuple[int, datetime]] = field(default_factory=list)
+    """Saves that started and have not said they finished (a checkpoint once restored)."""
+    restored: int | None = None
+    restore_failed: bool = False
+    failed_at: datetime | None = None
+    """The attempt's first failure symptom, as the incident that holds it has it."""
 
 
 @dataclass

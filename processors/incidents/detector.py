@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from processors.attempts import LIFECYCLE_TYPES, JobRecord, evolve
-from processors.incidents import cause, ends, grouping, opening, planned, recovery, slowdown
+from processors.incidents import cause, ends, grouping, impact, opening, planned, recovery, slowdown
 from processors.incidents.archive import Incidents
 from processors.incidents.book import AttemptKey, Book, NotInLog, node_of
 from processors.incidents.context import Context
@@ -116,9 +116,11 @@ class Detector:
         self._advance(ctx, event.time)
         book = self.book
         if event.type in LIFECYCLE_TYPES and event.job_id:
-            job, _ = evolve(book.jobs.get((event.project, event.job_id)), event)
+            job, touched = evolve(book.jobs.get((event.project, event.job_id)), event)
             if job is not None:
                 book.jobs[(event.project, event.job_id)] = job
+            for number in touched:  # a better source of an impacted attempt's GPUs
+                impact.revise_gpus(ctx, (event.project, event.job_id, number), event.time)
         if event.job_id:
             recovery.track(ctx, event)
         if event.type == "node.ready" and (node := event.node or node_of(event.entity or "")):

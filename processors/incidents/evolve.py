@@ -132,7 +132,7 @@ _JOB_FIELDS = frozenset(JobImpact.__dataclass_fields__) - {"project", "job_id", 
 
 
 def _job(inc: Incident, p: ev.JobImpacted | ev.RecoveryObserved | ev.RecoveryVerified
-         | ev.ImpactAssessed | ev.FailureStepUpdated) -> None:
+         | ev.ImpactAssessed | ev.FailureStepUpdated | ev.GpusRevised) -> None:
     """Fold the fields a payload set into its attempt's impact."""
     if p.job is None:
         return
@@ -146,7 +146,7 @@ def _job(inc: Incident, p: ev.JobImpacted | ev.RecoveryObserved | ev.RecoveryVer
 
 
 for _job_cls in (ev.JobImpacted, ev.RecoveryObserved, ev.FailureStepUpdated,
-                 ev.RecoveryVerified):
+                 ev.RecoveryVerified, ev.GpusRevised):
     _evolve.register(_job_cls, lambda p, inc, event: _job(inc, p))
 
 

@@ -55,6 +55,7 @@ def incident_row(inc: Incident) -> dict[str, Any]:
         "impacted_jobs": len({(j.project, j.job_id) for j in held if j.role != "linked"}),
         "impacted_gpus": sum(j.gpus for j in held if j.role == "failed"),
         "lost_gpu_hours": 0.0 if inc.withdrawn else inc.lost_gpu_hours,
+        "loss_unknown": "" if inc.withdrawn else inc.loss_unknown,
         "lost_steps": 0 if inc.withdrawn else inc.lost_steps,
         "recovery": inc.recovery, "projects": inc.projects,
         "flags": sorted(inc.flags | ({WITHDRAWN} if inc.withdrawn else set())),
@@ -85,15 +86,18 @@ def job_rows(inc: Incident) -> list[dict[str, Any]]:
 
 def _job_row(inc: Incident, j: JobImpact) -> dict[str, Any]:
     return {"incident_id": inc.id, "project": j.project, "job_id": j.job_id,
-            "attempt": j.attempt, "role": j.role, "gpus": j.gpus, "failed_at": _t(j.failed_at),
+            "attempt": j.attempt, "role": j.role, "gpus": j.gpus, "gpus_source": j.gpus_source,
+            "failed_at": _t(j.failed_at),
             "failure_step": j.failure_step, "failure_step_source": j.failure_step_source,
             "last_checkpoint_step": j.last_checkpoint_step,
             "last_checkpoint_at": _t(j.last_checkpoint_at),
             "restarted_attempt": j.restarted_attempt, "restarted_at": _t(j.restarted_at),
             "restored_step": j.restored_step, "resumed_at": _t(j.resumed_at),
             "verified_at": _t(j.verified_at), "lost_gpu_hours": j.lost_gpu_hours,
+            "loss_unknown": j.loss_unknown,
             "lost_steps": j.lost_steps, "rework_s": j.rework_s, "downtime_s": j.downtime_s,
-            "restore_s": j.restore_s, "queue_s": j.queue_s, "setback_s": j.setback_s,
+            "restore_s": j.restore_s, "queue_s": j.queue_s, "unheld_s": j.unheld_s,
+            "setback_s": j.setback_s,
             "degraded_s": j.degraded_s, "recovery": j.recovery,
             "duplicate_run": j.duplicate_run, "version": inc.seq}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from processors.incidents import correlate, impact, severity, slowdown
+from processors.incidents import correlate, impact, saves, severity, slowdown
 from processors.incidents.book import AttemptKey, Progress, akey, jobref
 from schemas import incident_events as ev
 from schemas.events import Event
@@ -27,6 +27,8 @@ def track(ctx: Context, event: Event) -> None:
         progress = ctx.book.progress[key] = Progress()
     attrs: dict[str, Any] = event.attributes
     if event.type == "job.step" and isinstance(attrs.get("step"), int):
+        if progress.first_step_at is None or event.time < progress.first_step_at:
+            progress.first_step, progress.first_step_at = attrs["step"], event.time
         progress.last_step, progress.last_step_at = attrs["step"], event.time
         progress.last_step_event = event.id
         slowdown.arm_hang(ctx, progress, key)
@@ -39,6 +41,7 @@ def track(ctx: Context, event: Event) -> None:
             (reported := impact.reported_step(event)) is not None:
         failure_step(ctx, event, key, reported, event.type)
     elif event.type == "checkpoint.saved" and isinstance(attrs.get("step"), int):
+        saves.saved(progress, attrs["step"], event.time)
         progress.ckpt_step, progress.ckpt_at = attrs["step"], event.time
         progress.failed_ckpt = None
         # a checkpoint is progress too: a slow save is not a hang
@@ -46,7 +49,12 @@ def track(ctx: Context, event: Event) -> None:
         slowdown.arm_hang(ctx, progress, key)
         correlate.saved(ctx, event, key, progress)
     elif event.type == "checkpoint.restored" and isinstance(attrs.get("step"), int):
+        progress.restored, progress.restore_failed = attrs["step"], False
         restored(ctx, event, key, attrs["step"])
+    elif event.type == "checkpoint.started" and isinstance(attrs.get("step"), int):
+        saves.started(progress, attrs["step"], event.time)
+    elif event.type == "checkpoint.failed":
+        saves.failed(progress, attrs, event.time)
     elif event.type == "job.started":
         restarted(ctx, event, key)
     if event.type in _ENDED:
@@ -72,7 +80,14 @@ def restored(ctx: Context, event: Event, key: AttemptKey, step: int) -> None:
 
 
 def restarted(ctx: Context, event: Event, key: AttemptKey) -> None:
+    """A new attempt started: the restart of the failures still waiting for one (a failure
+    that was restarted already keeps its restart: a later attempt is that restart's
+    failure's, whose GPU time it is charged to)."""
     for inc_id, failed in _pending(ctx, key):
+        held = ctx.book.incidents[inc_id].jobs.get(akey(failed))
+        if held is not None and held.restarted_attempt is not None and \
+                held.restarted_attempt != key[2]:
+            continue
         old = ctx.book.attempt(failed)
         overlap = old is not None and (old.ended_at is None or old.ended_at > event.time)
         payload = ev.RecoveryObserved(job=jobref(failed), stage="restarted",
@@ -87,6 +102,40 @@ def restarted(ctx: Context, event: Event, key: AttemptKey) -> None:
             severity.flag(ctx, inc_id, "duplicate_run", event.time, "recovery",
                           f"attempt {key[2]} started while attempt {failed[2]} was still "
                           "running")
+    _progress_before_start(ctx, event, key)
+
+
+def _progress_before_start(ctx: Context, event: Event, key: AttemptKey) -> None:
+    """The new attempt's own progress arrived before its start did (the training log
+    imported before the scheduler's, past the lateness horizon): the loss is assessed at
+    its first step and, when its last step is past the failure step, recovery verified
+    then, as if the steps had come after the start."""
+    progress = ctx.book.progress.get(key)
+    if progress is None or progress.first_step_at is None or progress.last_step is None or \
+            progress.last_step_at is None or progress.first_step_at < event.time:
+        return
+    pending = ctx.book.pending.get((key[0], key[1]), [])
+    for inc_id, failed in _pending(ctx, key):
+        job = ctx.book.incidents[inc_id].jobs.get(akey(failed))
+        if job is None or job.role != "failed":
+            continue
+        if job.resumed_at is None:
+            impact.assess(ctx, inc_id, failed, job.gpus, progress.first_step_at, final=False)
+        job = ctx.book.incidents[inc_id].jobs[akey(failed)]
+        if progress.last_step > (job.failure_step if job.failure_step is not None else -1):
+            at = progress.last_step_at
+            impact.assess(ctx, inc_id, failed, job.gpus, at, final=True)
+            job = ctx.book.incidents[inc_id].jobs[akey(failed)]
+            ctx.book.emit(inc_id, ev.RecoveryVerified(job=jobref(failed), verified_at=at,
+                                                      step=progress.last_step,
+                                                      past=job.failure_step),
+                          at, "recovery", f"verified:{akey(failed)}")
+            ctx.book.evidence(inc_id, event, "recovery",
+                              f"attempt {key[2]} had logged step {progress.last_step}, past "
+                              f"the failure point ({job.failure_step}), before its start "
+                              "arrived", "recovery", key)
+            if (inc_id, failed) in pending:
+                pending.remove((inc_id, failed))
 
 
 def failure_step(ctx: Context, event: Event, key: AttemptKey, step: int, source: str) -> None:

@@ -70,6 +70,14 @@ def header(inc: Incident, owner: str) -> str:
     return "| | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 
+def lost_text(inc: Incident) -> str:
+    """The lost GPU-hours as read: unknown when no source said the GPUs (never 0.00), at
+    least the counted figure when only some attempts' were known."""
+    if not inc.loss_unknown:
+        return gpu_h(inc.lost_gpu_hours)
+    return f"at least {gpu_h(inc.lost_gpu_hours)}" if inc.lost_gpu_hours else "unknown"
+
+
 def impact(inc: Incident) -> str:
     jobs = sorted(inc.jobs.values(), key=lambda j: (j.role != "failed", j.key))
     if not jobs:
@@ -85,10 +93,12 @@ def impact(inc: Incident) -> str:
             return gpu_h(gpus * seconds / 3600)
         age = _between(j.last_checkpoint_at, j.failed_at)
         lines.append(
-            f"| {code(j.project + '/' + j.job_id)} | {j.attempt} | {j.role} | {j.gpus} | "
+            f"| {code(j.project + '/' + j.job_id)} | {j.attempt} | {j.role} | "
+            f"{'unknown' if j.loss_unknown else j.gpus} | "
             f"{'—' if j.failure_step is None else j.failure_step} | "
             f"{'—' if j.last_checkpoint_step is None else j.last_checkpoint_step} | "
-            f"{duration(age)} | {j.lost_steps} | {gpu_h(j.lost_gpu_hours)} | "
+            f"{duration(age)} | {j.lost_steps} | "
+            f"{'unknown' if j.loss_unknown else gpu_h(j.lost_gpu_hours)} | "
             f"{part(j.rework_s)} | {part(j.downtime_s)} | {part(j.restore_s)} | "
             f"{duration(j.setback_s or None)} | {duration(j.queue_s or None)} |")
     failed = _failed(inc)
@@ -100,11 +110,12 @@ def impact(inc: Incident) -> str:
     restarts = sum(1 for j in failed if j.restarted_attempt is not None)
     lines += ["", f"- Jobs: {len({(j.project, j.job_id) for j in jobs if j.role != 'linked'})}"
               f"; GPUs failed: {sum(j.gpus for j in failed)}",
-              f"- Lost GPU-hours: {gpu_h(inc.lost_gpu_hours)} = rework {total('rework_s')} + "
+              f"- Lost GPU-hours: {lost_text(inc)} = rework {total('rework_s')} + "
               f"downtime {total('downtime_s')} + restore {total('restore_s')} + degraded "
               f"{total('degraded_s')} + charged from other incidents "
               f"{gpu_h(inc.charged_gpu_hours)} (re-doing the lost steps is not counted again; "
               "setback and queue are wall clock, beside it)",
+              *([f"- Loss unknown: {inc.loss_unknown}"] if inc.loss_unknown else []),
               f"- Restarts: {restarts} of {len(failed)} failed attempt(s); steps lost: "
               f"{inc.lost_steps}",
               f"- Oldest checkpoint at failure: {duration(max(ages)) if ages else '—'}"]

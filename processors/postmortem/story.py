@@ -58,8 +58,10 @@ def _job_story(inc: Incident) -> str:
                 if e.role == "symptom" and e.type in _SYMPTOM_PHRASE]
     how = f"{_SYMPTOM_PHRASE[symptoms[0]]} and " if symptoms else ""
     at = min((j.failed_at for j in failed if j.failed_at), default=None)
-    who = (f"job {esc(first.job_id)} ({gpus} GPUs)" if len(failed) == 1 else
-           f"{len(failed)} job attempts ({gpus} GPUs)")
+    held = f"{gpus} GPUs" if not any(j.loss_unknown for j in failed) else (
+        "GPUs unknown" if not gpus else f"at least {gpus} GPUs")
+    who = (f"job {esc(first.job_id)} ({held})" if len(failed) == 1 else
+           f"{len(failed)} job attempts ({held})")
     story = f"{who} {how}failed at {hhmm(at)}"
     if len(failed) == 1 and first.failure_step is not None:
         story += f" (step {first.failure_step})"
@@ -91,8 +93,11 @@ def summary(inc: Incident) -> str:
     if story := _job_story(inc):
         parts.append(story)
     assessed = inc.lost_gpu_hours > 0 or inc.recovery == "verified"
-    if inc.jobs and assessed:
-        parts.append(f"{gpu_h(inc.lost_gpu_hours)} GPU-hours were lost")
+    if inc.jobs and inc.loss_unknown and not inc.lost_gpu_hours:
+        parts.append("the GPU-hours lost are unknown: no source said the attempt's GPUs")
+    elif inc.jobs and assessed:
+        least = "at least " if inc.loss_unknown else ""
+        parts.append(f"{least}{gpu_h(inc.lost_gpu_hours)} GPU-hours were lost")
     elif inc.jobs:
         parts.append("the loss is not assessed yet (the job has not made progress again)")
     else:

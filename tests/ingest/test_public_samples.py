@@ -292,8 +292,10 @@ def test_framework_progress_and_checkpoints() -> None:
     assert steps == [(100, 7.123456, 1.2345), (32000, 2.59, 0.729927), (100, None, None)]
     checkpoints = [(e.type, e.attributes["step"], e.attributes["path"]) for e in events
                    if e.type.startswith("checkpoint.")]
+    # Megatron said its save finished; the Trainer's save of checkpoint-500 only started (no
+    # `Model weights saved in` follows it in the file): not a checkpoint until a rerun loads it
     assert checkpoints == [("checkpoint.saved", 200, "/ckpt/megatron"),
-                           ("checkpoint.saved", 500, "/out/checkpoint-500"),
+                           ("checkpoint.started", 500, "/out/checkpoint-500"),
                            ("checkpoint.restored", 200, "/ckpt/megatron")]
     (ib,) = [e for e in events if e.type == "comm.nccl_error"]
     assert (ib.node, ib.attributes["pid"], ib.attributes["ib_device"]) == ("node-041", 2231,
