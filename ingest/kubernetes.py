@@ -97,7 +97,12 @@ def _objects(text: str, kind: str = "") -> list[Any]:
     return out
 
 
-_DESCRIBE = re.compile(r"(?m)^Events:\s*\n\s+Type\s+Reason\s+Age\s+From\s+Message\s*$")
+_DESCRIBE = re.compile(r"(?m)^Events:[^\S\n]*\n[^\S\n]+Type[^\S\n]+Reason[^\S\n]+Age[^\S\n]+"
+                       r"From[^\S\n]+Message[^\S\n]*$")
+_KUEUE = re.compile(r"(?m)^[^\S\n]+Normal[^\S\n]+\S+[^\S\n].*[^\S\n]kueue-")
+"""A Workload's describe: its events come from kueue's controllers."""
+
+
 def describe_events(text: str, ctx: Context) -> list[dict[str, Any]]:
     """The Events table of `kubectl describe pod|node|job`, as Event objects. Ages are
     relative to when the table was printed: read time minus age (`time_source: relative`)."""
@@ -105,8 +110,7 @@ def describe_events(text: str, ctx: Context) -> list[dict[str, Any]]:
     namespace = re.search(r"(?m)^Namespace:\s+(\S+)", text)
     declared = re.search(r"(?m)^Kind:\s+(\w+)", text)
     node_kind = "Node" if re.search(r"(?m)^Roles:|^Taints:", text) else (
-        declared[1] if declared else "Workload" if re.search(r"(?m)^\s+Normal\s+\S+\s.*"
-                                                             r"\skueue-", text) else "Pod")
+        declared[1] if declared else "Workload" if _KUEUE.search(text) else "Pod")
     table = _DESCRIBE.search(text)
     assert table is not None
     out: list[dict[str, Any]] = []

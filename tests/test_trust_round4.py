@@ -6,7 +6,9 @@ before its fix."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +66,47 @@ def test_a_slurm_job_with_a_name_past_the_limit_is_one_dead_letter_naming_it() -
     assert "MAX_NAME_CHARS" in dead[0].reason
     started = [r for r in out if not isinstance(r, DeadLetter) and r.type == "job.started"]
     assert [e.job_id for e in started] == ["8"]
+
+
+# --- whole-text patterns: no run of whitespace that crosses lines after a line start --------
+
+_CROSSING = re.compile(r"(?:\^|\\n)(?:\(\?:)?(?:\\s[*+]|\(\?:\\S\*\[#\$\] \)\?\(\?:[^|]*\|\\s[*+])")
+"""`^\\s*` or `\\n\\s+` in a MULTILINE pattern searched over a whole paste: `\\s` matches the
+newline too, so a body of blank-ish lines is tried from every line start to every later one
+(quadratic: 60,000 characters of ' \\n' took 5-11 s in kubectl's describe, scontrol's and
+ibstat's sniffers, on the parse thread every tenant's ingest waits for)."""
+
+
+def _whole_text_patterns() -> list[tuple[str, str]]:
+    """Every `(?m)` pattern written in ingest/ (a literal, compiled or passed to re.search),
+    and every module-level pattern compiled with re.MULTILINE."""
+    import ast
+    import importlib
+    import pkgutil
+
+    import ingest
+
+    found: list[tuple[str, str]] = []
+    for info in pkgutil.iter_modules(ingest.__path__):
+        module = importlib.import_module(f"ingest.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, re.Pattern) and value.flags & re.MULTILINE \
+                    and isinstance(value.pattern, str):
+                found.append((f"ingest.{info.name}.{name}", value.pattern))
+        assert module.__file__ is not None
+        tree = ast.parse(Path(module.__file__).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and "(?m)" in node.value:
+                found.append((f"ingest.{info.name}:{node.lineno}", node.value))
+    return found
+
+
+def test_no_whole_text_pattern_lets_a_line_start_run_of_whitespace_cross_lines() -> None:
+    patterns = _whole_text_patterns()
+    assert len(patterns) > 10  # the sniffers are found
+    crossing = [name for name, source in patterns if _CROSSING.search(source)]
+    assert crossing == [], "use [^\\S\\n] (blank but not a newline) after ^ in (?m) patterns"
+    # and the check sees the form it forbids
+    assert _CROSSING.search(r"(?m)^Events:\s*\n\s+Type")
+    assert _CROSSING.search(r"(?m)^\s*JobId=")
