@@ -112,7 +112,7 @@ def _kubectl(text: str) -> bool:
     if _DESCRIBE.search(head) or kubectl_text.has_states(head) or kubectl_text.is_table(head) \
             or kubectl_describe.is_node(head):
         return _text_tool(text) is None
-    if re.search(r"(?m)^\s*(?:apiVersion|kind|phase|conditions|status):", head) is None:
+    if re.search(r"(?m)^[^\S\n]*(?:apiVersion|kind|phase|conditions|status):", head) is None:
         return False
     import yaml
 
@@ -128,12 +128,15 @@ def _kubectl(text: str) -> bool:
         or "status" in doc)
 
 
-_SCONTROL = re.compile(r"(?m)^(?:\S*[#$] )?(?:scontrol show (?:node|job)\b|\s*NodeName=[\w.-]+ "
-                       r"Arch=|\s*JobId=\d+ JobName=|UserId=\S+ GroupId=\S+ MCS_label=)")
+_SCONTROL = re.compile(r"(?m)^(?:\S*[#$] )?(?:scontrol show (?:node|job)\b|[^\S\n]*NodeName="
+                       r"[\w.-]+ Arch=|[^\S\n]*JobId=\d+ JobName=|UserId=\S+ GroupId=\S+ "
+                       r"MCS_label=)")
 """`scontrol show node|job` output: the command, or a record's first line."""
-_IBSTAT = re.compile(r"(?m)^CA '[\w-]+'\s*\n(?:.*\n){0,12}?\s+Port \d+:\s*$|"
-                     r"^\s*mlx\w+\s+port\s+\d+\s+==>\s+\S+\s+\((?:Up|Down)\)|"
-                     r"^hca_id:\s*\S+\s*\n(?:.*\n){0,16}?\s+port:\s+\d+\s*$")
+_IBSTAT = re.compile(r"(?m)^CA '[\w-]+'[^\S\n]*\n(?:.*\n){0,12}?[^\S\n]+Port \d+:[^\S\n]*$|"
+                     r"^[^\S\n]*mlx\w+[^\S\n]+port[^\S\n]+\d+[^\S\n]+==>[^\S\n]+\S+[^\S\n]+"
+                     r"\((?:Up|Down)\)|"
+                     r"^hca_id:[^\S\n]*\S+[^\S\n]*\n(?:.*\n){0,16}?[^\S\n]+port:[^\S\n]+\d+"
+                     r"[^\S\n]*$")
 """`ibstat` (a CA, then a port block within a dozen lines), `ibv_devinfo` or `ibdev2netdev`
 output: its `State: Down` lines look like kubectl's describe, so this is tried first."""
 

@@ -3,19 +3,21 @@
 
 A hostlist is text a tenant, a scheduler or a pasted file controls: `n[0-99999999]` is 20
 characters and a hundred million names (3 GB before this module counted first). Every range is
-counted before anything is generated, and a list that would name more than `MAX_NAMES`, or
-spell more than `MAX_CHARS` characters, is refused with `HostlistError`, which names the field
-and the limit (a `ParseError`, so an adapter dead-letters the one record; a `ValueError`, so a
-command line prints it). Inside `budget()` (one payload, one topology file, one collector poll)
-all the lists expanded together share `PAYLOAD_NAMES`, so many lists of allowed size cannot add
-up to the same blow-up. The largest machines listed today have about 12,000 nodes a partition;
-the limits leave a wide margin above that.
+counted before anything is generated, as it is read (in one pass: reading stops at the first
+limit passed), and a list that would name more than `MAX_NAMES`, spell more than `MAX_CHARS`
+characters or a name longer than `MAX_NAME_CHARS`, is refused with `HostlistError`, which names
+the field and the limit (a `ParseError`, so an adapter dead-letters the one record; a
+`ValueError`, so a command line prints it). Inside `budget()` (one payload, one topology file,
+one collector poll) all the lists expanded together share `PAYLOAD_NAMES`, so many lists of
+allowed size cannot add up to the same blow-up. The largest machines listed today have about
+12,000 nodes a partition; the limits leave a wide margin above that.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -28,6 +30,8 @@ MAX_CHARS = 4_000_000
 """Characters the names of one hostlist may add up to."""
 PAYLOAD_NAMES = 1_000_000
 """Names all the hostlists of one payload (file, request, poll) may expand to together."""
+MAX_NAME_CHARS = 1_000
+"""Characters one name may have (a host name is at most 253)."""
 MAX_INDICES = 100_000
 """Numbers one index range (GPU indices, array task ids) may expand to."""
 _DIGITS = 18  # a bound in a range has at most this many digits (int64, and no 4300-digit int())
@@ -55,13 +59,15 @@ def budget(names: int = PAYLOAD_NAMES) -> Iterator[None]:
 def expand(text: str, *, field: str = "nodes") -> list[str]:
     """`node-[001-003,010],gpu7` -> node-001, node-002, node-003, node-010, gpu7; padding is
     the width of a range's first bound, as Slurm writes it."""
-    parts = [_groups(part, text, field) for part in _split(text or "", field)]
+    parts: list[list[_Group]] = []
     count = chars = 0
-    for groups in parts:  # counted from the bounds: nothing is spelled out before the check
-        size = math.prod(_size(g) for g in groups)
+    for part in _split(text or "", field):  # counted from the bounds as each part is read:
+        groups = _groups(part, text, field, before=count)  # nothing spelled out, no more
+        size = math.prod(_size(g) for g in groups)  # read than the limits let through
         count += size
         chars += size * sum(_width(g) for g in groups)
         _charge(count, chars, text, field, check_budget=False)
+        parts.append(groups)
     _charge(count, chars, text, field)
     out: list[str] = []
     for groups in parts:
@@ -81,19 +87,28 @@ def count(text: str, *, field: str = "nodes") -> int:
 
 def expand_indices(text: str, *, field: str = "indices",
                    limit: int = MAX_INDICES) -> list[int]:
-    """`0-3,6` -> 0, 1, 2, 3, 6 (GPU indices, array task ids), at most `limit` of them."""
-    spans = [_span(item, text, field) for item in (text or "").split(",") if item.strip()]
-    count = sum(hi - lo + 1 for lo, hi, _ in spans)
-    if count > limit:
-        raise HostlistError(field, f"index range {_quote(text)} names {count:,} numbers; the "
-                                   f"limit is {limit:,} (ingest.hostlist.MAX_INDICES)")
+    """`0-3,6` -> 0, 1, 2, 3, 6 (GPU indices, array task ids), at most `limit` of them
+    (counted as the items are read: refused at the first one past it)."""
+    spans: list[tuple[int, int, int]] = []
+    count = 0
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        spans.append(_span(item, text, field))
+        count += spans[-1][1] - spans[-1][0] + 1
+        if count > limit:
+            raise HostlistError(field, f"index range {_quote(text)} names {count:,} "
+                                       f"numbers or more; the limit is {limit:,} "
+                                       "(ingest.hostlist.MAX_INDICES)")
     return [n for lo, hi, _ in spans for n in range(lo, hi + 1)]
 
 
-def _split(text: str, field: str) -> list[str]:
-    """The comma-separated parts of a hostlist, commas inside brackets kept."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
+def _split(text: str, field: str) -> Iterator[str]:
+    """The comma-separated parts of a hostlist, commas inside brackets kept (one at a time:
+    a caller stops at the first part past a limit)."""
+    depth, start = 0, 0
+    for m in _PUNCTUATION.finditer(text):
+        i, ch = m.start(), m.group(0)
         if ch == "[":
             depth += 1
             if depth > 1:
@@ -103,32 +118,68 @@ def _split(text: str, field: str) -> list[str]:
             if depth < 0:
                 raise HostlistError(field, f"hostlist {_quote(text)}: ']' without '['")
         elif ch == "," and depth == 0:
-            parts.append(text[start:i])
+            if part := text[start:i].strip():
+                yield part
             start = i + 1
     if depth:
         raise HostlistError(field, f"hostlist {_quote(text)}: '[' without ']'")
-    parts.append(text[start:])
-    return [p.strip() for p in parts if p.strip()]
+    if part := text[start:].strip():
+        yield part
 
 
 _Group = str | list[tuple[int, int, int]]
+_PUNCTUATION = re.compile(r"[\[\],]")
 
 
-def _groups(part: str, text: str, field: str) -> list[_Group]:
-    """A part as literal pieces and bracket groups (each a list of (first, last, width))."""
+def _items(text: str, start: int, end: int) -> Iterator[str]:
+    """The comma-separated items of `text[start:end]`, one at a time."""
+    while start <= end:
+        comma = text.find(",", start, end)
+        stop = end if comma < 0 else comma
+        yield text[start:stop]
+        start = stop + 1
+
+
+def _groups(part: str, text: str, field: str, before: int = 0) -> list[_Group]:
+    """A part as literal pieces and bracket groups (each a list of (first, last, width)),
+    read left to right in one pass (no copy of the rest per group: `a[1]` repeated a
+    million times is linear), refused as soon as the names it makes, with the `before` of
+    earlier parts, or the length of one name, passes its limit."""
     groups: list[_Group] = []
-    rest = part
-    while "[" in rest:
-        pre, _, tail = rest.partition("[")
-        inside, _, rest = tail.partition("]")
-        if pre:
-            groups.append(pre)
-        spans = [_span(item, text, field) for item in inside.split(",") if item.strip()]
+    size = width = 0
+    at = 0
+    while at < len(part):
+        opening = part.find("[", at)
+        if opening < 0:
+            opening = len(part)
+        if opening > at:
+            groups.append(part[at:opening])
+            width += opening - at
+        if opening == len(part):
+            break
+        closing = part.find("]", opening)  # `_split` saw it balanced
+        spans: list[tuple[int, int, int]] = []
+        inside = 0
+        for item in _items(part, opening + 1, closing):
+            if not item.strip():
+                continue
+            spans.append(_span(item, text, field))
+            inside += spans[-1][1] - spans[-1][0] + 1
+            _charge(before + max(size, 1) * inside, 0, text, field, check_budget=False)
         if not spans:
             raise HostlistError(field, f"hostlist {_quote(text)}: an empty '[]'")
         groups.append(spans)
-    if rest:
-        groups.append(rest)
+        size = max(size, 1) * inside
+        width += _width(spans)
+        at = closing + 1
+        if width > MAX_NAME_CHARS:
+            raise HostlistError(field, f"hostlist {_quote(text)} spells names longer than "
+                                       f"{MAX_NAME_CHARS:,} characters "
+                                       "(ingest.hostlist.MAX_NAME_CHARS)")
+    if width > MAX_NAME_CHARS:
+        raise HostlistError(field, f"hostlist {_quote(text)} spells names longer than "
+                                   f"{MAX_NAME_CHARS:,} characters "
+                                   "(ingest.hostlist.MAX_NAME_CHARS)")
     return groups
 
 

@@ -31,6 +31,8 @@ _EVENT = re.compile(r"^[ \t]*+(?P<type>Normal|Warning)\s++(?P<reason>[A-Za-z]\w{
                     r"(?P<age>[\dsmhd]{1,20}(?: \(x\d{1,9} over [\dsmhd]{1,20}\))?|<unknown>|"
                     r"<invalid>)\s++(?P<source>[^\s,]{1,120}(?:, [^\s,]{1,120})?)\s++"
                     r"(?P<message>\S[^\n]{0,2000}?)`?\s*$")
+_KUEUE = re.compile(r"(?m)^[^\S\n]+Normal[^\S\n]+\S+[^\S\n].*[^\S\n]kueue-")
+"""A Workload's describe: its events come from kueue's controllers."""
 _CONDITIONS = re.compile(r"(?m)^[ \t]*Type[ \t]+Status[ \t]+LastHeartbeatTime[ \t]+"
                          r"LastTransitionTime[ \t]+Reason[ \t]+Message[ \t]*$")
 _WHEN = r"\w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d [+-]\d{4}"
@@ -58,8 +60,7 @@ def events(text: str, ctx: Context) -> list[dict[str, Any]]:
     name, namespace = _section(text, "Name"), _section(text, "Namespace")
     declared = _section(text, "Kind")
     kind = "Node" if re.search(r"(?m)^[ \t`]{0,12}(?:Roles|Taints):", text) else (
-        declared or ("Workload" if re.search(r"(?m)^\s+Normal\s+\S+\s.*\skueue-", text)
-                     else "Pod"))
+        declared or ("Workload" if _KUEUE.search(text) else "Pod"))
     base = len(table["indent"].expandtabs())
     out: list[dict[str, Any]] = []
     for n, line in enumerate(text[table.end():].splitlines()):

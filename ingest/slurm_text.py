@@ -113,7 +113,7 @@ def _node_gres(record: str) -> list[str]:
 def parse_scontrol(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     text = text.replace("**", "")  # a paste's Markdown bold; scontrol never prints `**`
     records = _records(text)
-    if not records and ctx.job_id and re.search(r"(?m)^\s*JobState=|\sJobState=", text) \
+    if not records and ctx.job_id and re.search(r"(?:\A|\s)JobState=", text) \
             and not scontrol_node.records(text):
         # the record pasted without its first line: the job is the one the shipper names
         records = [(1, f"JobId={ctx.job_id}\n{text}")]
