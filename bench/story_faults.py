@@ -161,7 +161,7 @@ def _signal(story: Story, rng: random.Random, sig: Signal, f: Fault) -> None:
                   node=node(n), attributes={"kind": "firmware", "after": sig.what,
                                             "ticket": f"CHG-{4000 + story.seed % 1000}"})
     elif sig.kind == "maintenance_drain":
-        drain(story, c, n, at, f"unplanned maintenance: BMC reset CHG-{5000 + story.seed % 1000}")
+        drain(story, c, n, at, f"{sig.what} CHG-{4000 + story.seed % 1000}")
     elif sig.kind == "ecc_dbe":
         story.add(f"dmesg:{node(n)}", "node.ecc", at, c, scope="gpu",
                   entity=f"{node(n)}/gpu{g}", node=node(n),
@@ -214,8 +214,10 @@ def _symptom(story: Story, rng: random.Random, sym: Symptom, f: Fault) -> None:
         step = run.last_step() + 10
         run.steps.append((at, step))
         story.add("training", "job.step", at, run.cluster, entity="rank-0", **job,
-                  attributes={"step": step, "loss": float("nan")})
-        train(story, run, run.nodes[0], at, f"INFO step={step} loss=nan step_time=1.21s")
+                  attributes={"step": step, "loss_is_nan": True})
+        train(story, run, run.nodes[0], at, f"iteration {step:8d}/  500000 | consumed samples: "
+              f"{512 * step:12d} | elapsed time per iteration (ms): 1210.0 | learning rate: "
+              "1.500000E-04 | global batch size:   512 | lm loss: nan | loss scale: 65536.0 |")
         f.symptoms.pop()  # a NaN loss is progress that is wrong, not yet a failure
 
 

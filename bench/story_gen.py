@@ -220,10 +220,11 @@ def generate(seed: int, mode: str | None = None, pattern: str | None = None) -> 
     base = 40000 + 10 * seed
     victim = _Job(rng, str(base), list(range(first, first + size)),
                   T0 + timedelta(minutes=rng.randint(0, 10)))
-    others = [_Job(rng, str(base + 1 + i), [rack * 16 + 1 + rng.randrange(0, 8) + j
-                                            for j in range(rng.choice((2, 4)))],
-                   T0 + timedelta(minutes=rng.randint(0, 10)))
-              for i, rack in enumerate(racks[1:rng.randint(1, 3)])]
+    others = []
+    for i, rack in enumerate(racks[1:rng.randint(1, 3)]):
+        low = rack * 16 + 1 + rng.randrange(0, 8)
+        others.append(_Job(rng, str(base + 1 + i), list(range(low, low + rng.choice((2, 4)))),
+                           T0 + timedelta(minutes=rng.randint(0, 10))))
     busy = set(victim.nodes) | {n for o in others for n in o.nodes}
     end = _victim(story, rng, victim, modes, pattern, busy)
     for other in others:
@@ -271,6 +272,7 @@ def _victim(story: Story, rng: random.Random, job: _Job, modes: list[Mode], patt
         _end(story, rng, run, fault)
         failure_steps.append(run.last_step())
         if mode.drain and not crash:
+            assert run.end is not None  # `_end` ended it
             reason = mode.drain.format(xid=fault.xid, gpu=fault.gpu)
             drain(story, run.cluster, culprit, run.end + timedelta(seconds=30), reason,
                   fault.xid or None)
