@@ -40,6 +40,7 @@ from jobtrail.store.rows import (
     event_from_row,
     string_set,
 )
+from jobtrail.variables import IDENTIFIER
 from processors.attempts import Attempt
 from processors.pipeline import Outputs
 from schemas.dead_letters import DeadLetter
@@ -47,7 +48,18 @@ from schemas.events import Event
 
 EVENT_IDS_COLUMNS = EVENT_IDS_SCHEMA.names
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+def _check_identifiers(database: str, cluster: str) -> None:
+    """The database and cluster names are written into SQL text (identifiers cannot be bound
+    as parameters): only ClickHouse's plain identifiers (`jobtrail.variables.IDENTIFIER`,
+    also checked when the settings are read)."""
+    if not isinstance(database, str) or not IDENTIFIER.fullmatch(database):
+        raise ValueError(f"database name {database!r} is not a plain identifier (letters, "
+                         "digits and _, not starting with a digit, at most 64)")
+    if cluster and not IDENTIFIER.fullmatch(cluster):
+        raise ValueError(f"cluster name {cluster!r} is not a plain identifier (letters, "
+                         "digits and _, not starting with a digit, at most 64)")
 
 _JSON_INSERT = {
     "input_format_json_read_objects_as_strings": 1,
@@ -75,6 +87,7 @@ def _statements(sql: str) -> list[str]:
 class Store(IncidentTables):
     def __init__(self, client: Any, database: str, retry: RetryPolicy | None = None,
                  cluster: str = "") -> None:
+        _check_identifiers(database, cluster)  # both reach SQL text unquoted
         self.client = client
         self.database = database
         self.retry = retry or RetryPolicy()
@@ -88,10 +101,7 @@ class Store(IncidentTables):
                 cluster: str = "") -> Store:
         """`timeout_s` bounds one request to a server (not the embedded engine); `cluster`
         names the server's cluster for Replicated + Distributed tables."""
-        if not _IDENT.match(database):
-            raise ValueError(f"database name {database!r} is not a plain identifier")
-        if cluster and not _IDENT.match(cluster):
-            raise ValueError(f"cluster name {cluster!r} is not a plain identifier")
+        _check_identifiers(database, cluster)
         on_cluster = f" ON CLUSTER {cluster}" if cluster else ""
         # inserts into Distributed tables return once the shards have the rows
         settings = {"distributed_foreground_insert": 1} if cluster else None
@@ -301,17 +311,20 @@ class Store(IncidentTables):
 
     def timeline(self, project: str, job_id: str, *, attempt: int | None = None,
                  since: datetime | None = None, until: datetime | None = None,
-                 limit: int = 10_000) -> list[dict[str, Any]]:
-        """The job's cross-system timeline, oldest first, bound to the caller's project."""
+                 limit: int = 10_000, source: str = "", offset: int = 0,
+                 ) -> list[dict[str, Any]]:
+        """The job's cross-system timeline, oldest first, bound to the caller's project
+        (`source` keeps one source's rows; `offset` skips that many, for pages)."""
         rows = self._dicts(
             "SELECT time, attempt, event_id, source, type, severity, relation, entity, "
             "link_path, scope, node, message, attributes FROM job_timeline FINAL "
             "WHERE project = {project:String} AND job_id = {job_id:String} "
             "AND ({attempt:Int64} < 0 OR attempt = {attempt:Int64}) "
+            "AND ({source:String} = '' OR source = {source:String}) "
             "AND time >= {since:DateTime64(3, 'UTC')} AND time <= {until:DateTime64(3, 'UTC')} "
-            "ORDER BY time, event_id, attempt LIMIT {limit:UInt32}",
+            "ORDER BY time, event_id, attempt LIMIT {limit:UInt32} OFFSET {offset:UInt64}",
             project=project, job_id=job_id, attempt=-1 if attempt is None else attempt,
-            since=since or datetime(1970, 1, 1, tzinfo=UTC),
+            since=since or datetime(1970, 1, 1, tzinfo=UTC), source=source, offset=offset,
             until=until or datetime(2200, 1, 1, tzinfo=UTC), limit=limit)
         for row in rows:
             row["attributes"] = json.loads(row["attributes"] or "{}")

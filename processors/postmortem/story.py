@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from processors.incidents.response import first_signal
 from processors.postmortem.text import _between, code, duration, esc, gpu_h, hhmm, when
 
 if TYPE_CHECKING:
@@ -122,8 +123,11 @@ def participants(inc: Incident) -> str:
     add(pm.owner, "postmortem owner")
     for name in sorted(pm.authors):
         add(name, "postmortem author")
-    for name in pm.reviewers:
-        add(name, "reviewer")
+    asked = [n.strip() for kind, _, names, *_ in pm.reviews if kind == "review_requested"
+             for n in names.split(",") if n.strip()]
+    for name in dict.fromkeys([*asked, *pm.reviewers, *(by for kind, by, *_ in pm.reviews
+                                                        if kind != "review_requested")]):
+        add(name, "reviewer")  # everyone asked to review, and whoever reviewed it
     add(pm.approved_by, "approver")
     if not roles:
         return "Nobody has acted on it yet."
@@ -178,11 +182,6 @@ def resolution(inc: Incident) -> str:
 def _latest(values: Iterable[datetime | None]) -> datetime | None:
     present = [v for v in values if v is not None]
     return max(present) if present else None
-
-
-def first_signal(inc: Incident) -> datetime | None:
-    times = [e.time for e in inc.evidence.values()]
-    return min([*times, inc.first_signal_at] if inc.first_signal_at else times, default=None)
 
 
 _TOLD_VERB = {"acknowledged": "acknowledged", "commander_assigned": "named the commander",
