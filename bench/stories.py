@@ -1,92 +1,64 @@
-"""Ground-truth failure stories: generated, delivered in many orders, scored against the truth.
+"""Ground-truth failure stories: generated from the failure-mode library, delivered in many
+orders and forms, scored against the truth.
 
-A story (seeded) runs on the sample 64-node fat tree (`jobtrail.sample.topology()`: 16 nodes
-a rack, rail 0 on the odd leaf at port pN): one to three training jobs with progress and
-checkpoints, one injected fault from a failure class with its real cascade (the ranks time
-out in NCCL, the scheduler fails and requeues the attempt, the node is drained, a new
-attempt restores the last checkpoint and passes the failure step), red herrings (a link
-counter tick on the victim's leaf or far from it, a fault on an idle node, planned work
-on an idle node: none is the cause, only the idle node's fault is an incident) and the
-truth an SRE would write down: class, entity, owner, impacted attempts, lost GPU-hours,
-recovery.
+A story (seeded) runs on the sample 64-node fat tree (16 nodes a rack, rail 0 on the odd
+leaf at port pN, the GPUs' PCI addresses in its `gpu_pci`): a training job through one to
+five attempts, each failure drawn from `bench/failure_modes.yaml` by the shares of Llama 3's
+interruption table (a faulty GPU, HBM3, a software bug, a switch or cable, ...) with its
+first signals, symptoms and recovery (requeued, or resubmitted by its owner; a fallback to
+an older checkpoint when the newest save never finished or its load failed; a crash loop on
+one bad GPU), other jobs, red herrings (a fault on an idle node, counter ticks, planned
+work) and, in some stories, a second cluster with the same node names. The truth is what an
+SRE would write down: class, entity, owner, impacted attempts, lost GPU-hours (charged on
+one GPU time line per job, `bench.story_truth`), recovery.
 
-Each event carries the source it is delivered by (`slurmctld`, `dmesg:<node>`, `ranks`,
-`training`, `fabric`, `storage`); `deliveries` gives the orders a user or a site produces:
-event time, files imported one source after another, live sources with lags (the training
-log shipped every minute). `answer` is what the detector concluded, `score` compares it with
-the truth.
+Deliveries: `time` (canonical events in event order), `files` (canonical, one source after
+another), `live` (canonical, sources with lags, the training log shipped every minute),
+`raw` (the sources' own files, slurmctld and sacct/squeue JSON, kernel logs, training
+output, Alertmanager, ibstat, in a shuffled order, read by the real adapters).
 
-    python -m bench.stories --stories 1000        # a confusion matrix by class, and rates
-
-The truth's loss uses the goodput definition (docs/incidents.md): GPUs x (work thrown away
-since the last good checkpoint up to the first symptom + the wait for the new attempt while
-the job's GPUs were held for it (pending `Resources`, not `Priority`) + restart overhead from
-the new attempt's start until progress resumes); a preemption loses the thrown-away work
-alone.
+    python -m bench.stories --count 1000     # per delivery, per mode, per pattern; examples
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import time as wallclock
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from bench.story_gen import (
-    CLASSES,
-    HORIZON,
-    OWNER,
-    PROJECT,
-    T0,
-    Story,
-    Truth,
-    deliveries,
-    generate,
-    node,
-    port,
-)
+from bench import story_raw
+from bench.story_gen import HORIZON, generate
+from bench.story_model import GPU_BUS, PROJECT, T0, Story, Truth, node, port
+from bench.story_modes import library
+from bench.story_score import Answer, Report, Score, answer, score
 from jobtrail.learn import sample
-from processors.incidents.model import IncidentEvent, fold
+from processors.incidents.model import IncidentEvent
 from processors.pipeline import Pipeline
 from processors.topology import Topology
 from schemas.events import Event
 from schemas.topology import TopologyFile
 
-__all__ = [
-    "CLASSES",
-    "HORIZON",
-    "OWNER",
-    "PROJECT",
-    "T0",
-    "Answer",
-    "Report",
-    "Score",
-    "Story",
-    "Truth",
-    "answer",
-    "deliveries",
-    "generate",
-    "main",
-    "node",
-    "port",
-    "run",
-    "score",
-    "stories",
-    "wiring",
-]
+__all__ = ["DELIVERIES", "HORIZON", "PROJECT", "T0", "Answer", "Report", "Score", "Story",
+           "Truth", "answer", "deliveries", "generate", "main", "node", "port", "run",
+           "score", "stories", "wiring"]
 
-
-# --- running and scoring --------------------------------------------------------------------
-
+DELIVERIES = ("time", "files", "live", "raw")
 _WIRING: Topology | None = None
+
+
+def topology() -> dict[str, object]:
+    """The sample fat tree with the bench board's GPU PCI table."""
+    spec = sample.topology()
+    spec["gpu_pci"] = {f"0000:{bus}:00.0": gpu for gpu, bus in enumerate(GPU_BUS)}
+    return spec
 
 
 def wiring() -> Topology:
     global _WIRING
     if _WIRING is None:
-        _WIRING = Topology.from_file(TopologyFile.model_validate(sample.topology()))
+        _WIRING = Topology.from_file(TopologyFile.model_validate(topology()))
     return _WIRING
 
 
@@ -98,126 +70,81 @@ def run(events: list[Event], horizon: timedelta = HORIZON) -> list[IncidentEvent
     return log
 
 
-Answer = tuple[tuple[str, str, str, tuple[str, ...], float, str], ...]
-
-
-def answer(log: list[IncidentEvent]) -> Answer:
-    """The conclusions: (class, entity, owner, impacted attempts, lost GPU-h, recovery) per
-    incident, withdrawn (merged) ones left out."""
-    out = []
-    for inc in fold(log).values():
-        if inc.withdrawn:
-            continue
-        jobs = tuple(sorted(k for k, j in inc.jobs.items() if j.role in ("failed",
-                                                                         "degraded")))
-        out.append((inc.klass, inc.entity, inc.owner, jobs, round(inc.lost_gpu_hours, 3),
-                    inc.recovery))
-    return tuple(sorted(out))
-
-
-@dataclass
-class Score:
-    klass: str
-    found: str  # the class the detector gave the truth's attempt ('' when none)
-    entity: bool
-    owner: bool
-    jobs: bool
-    loss: bool | None
-    recovery: bool
-
-
-def score(story: Story, got: Answer) -> list[Score]:
-    out = []
-    for truth in story.truth:
-        if truth.jobs:
-            match = [a for a in got if set(truth.jobs) <= set(a[3])]
-        else:
-            match = [a for a in got if a[1] == truth.entity and not a[3]]
-        if not match:
-            out.append(Score(truth.klass, "", False, False, False, None, False))
-            continue
-        a = match[0]
-        loss = None if truth.lost_gpu_hours is None else (
-            abs(a[4] - truth.lost_gpu_hours) <= 0.02 * max(truth.lost_gpu_hours, 1e-9))
-        out.append(Score(truth.klass, a[0], a[1] == truth.entity, a[2] == truth.owner,
-                         a[3] == truth.jobs, loss, not truth.jobs or a[5] == truth.recovery))
+def deliveries(story: Story, seed: int = 0,
+               which: tuple[str, ...] = DELIVERIES) -> dict[str, list[Event]]:
+    """Arrival orders (and forms) of the same story."""
+    rng = random.Random(seed * 7919 + story.seed)
+    out: dict[str, list[Event]] = {}
+    sources = sorted({s for s, _ in story.events})
+    order = rng.sample(sources, len(sources))
+    lag = {s: timedelta(seconds=rng.uniform(0, 120)) for s in sources}
+    if "time" in which:
+        out["time"] = [e for _, e in story.events]
+    if "files" in which:
+        out["files"] = [e for s in order for src, e in story.events if src == s]
+    if "live" in which:
+        def arrival(source: str, event: Event) -> tuple[datetime, str]:
+            if source == "training":  # shipped every minute
+                base = event.time.replace(second=0, microsecond=0) + timedelta(minutes=1)
+                return base + lag[source], event.id
+            return event.time + lag[source], event.id
+        out["live"] = [e for _, e in sorted(story.events, key=lambda se: arrival(*se))]
+    if "raw" in which:
+        out["raw"] = story_raw.read(story, story_raw.shuffled(story, seed)).events
     return out
 
 
-@dataclass
-class Report:
-    stories: int = 0
-    same_answer: int = 0
-    extra: Counter[str] = field(default_factory=Counter)
-    """incidents no injected fault explains, by class"""
-    scores: list[Score] = field(default_factory=list)
-    orders: Counter[str] = field(default_factory=Counter)
-
-    def add(self, story: Story) -> None:
-        answers = {name: answer(run(events)) for name, events in deliveries(story).items()}
-        self.stories += 1
-        if len(set(answers.values())) == 1:
-            self.same_answer += 1
-        else:
-            self.orders.update(n for n, a in answers.items() if a != answers["time"])
-        self.scores.extend(score(story, answers["time"]))
-        for a in answers["time"]:
-            if not any((t.jobs and set(t.jobs) <= set(a[3])) or (not t.jobs and a[1] == t.entity)
-                       for t in story.truth):
-                self.extra[a[0]] += 1
-
-    def rate(self, what: str, klass: str | None = None) -> float:
-        scores = [s for s in self.scores if klass is None or s.klass == klass]
-        if what == "class":
-            hits = [s.found == s.klass for s in scores]
-        elif what == "class+entity":
-            hits = [s.found == s.klass and s.entity for s in scores]
-        elif what == "loss":
-            hits = [bool(s.loss) for s in scores if s.loss is not None]
-        else:
-            hits = [bool(getattr(s, what)) for s in scores]
-        return sum(hits) / len(hits) if hits else 1.0
-
-    def text(self) -> str:
-        lines = [f"{self.stories} stories, each in 3 delivery orders (time, files source by "
-                 f"source, live with lags); horizon {HORIZON}",
-                 f"same answer in every order: {self.same_answer}/{self.stories} "
-                 f"({100 * self.same_answer / max(self.stories, 1):.1f} %)"
-                 + (f"; differing orders: {dict(self.orders)}" if self.orders else ""),
-                 f"incidents no injected fault explains: {sum(self.extra.values())}"
-                 + (f" {dict(self.extra)}" if self.extra else ""), ""]
-        found = sorted({s.found or "(none)" for s in self.scores})
-        truths = sorted({s.klass for s in self.scores})
-        width = max(len(c) for c in found + truths + ["truth \\ found"]) + 1
-        lines.append("truth \\ found".ljust(width) + "".join(f[:12].rjust(13) for f in found))
-        for t in truths:
-            row = Counter(s.found or "(none)" for s in self.scores if s.klass == t)
-            lines.append(t.ljust(width) + "".join(str(row.get(f, 0)).rjust(13) for f in found))
-        lines.append("")
-        lines.append("class".ljust(width) + "".join(h.rjust(13) for h in (
-            "n", "class", "class+entity", "owner", "jobs", "loss<=2%", "recovery")))
-        for which in [*truths, None]:
-            n = sum(1 for s in self.scores if which is None or s.klass == which)
-            lines.append((which or "all").ljust(width) + str(n).rjust(13) + "".join(
-                f"{100 * self.rate(w, which):12.1f}%" for w in (
-                    "class", "class+entity", "owner", "jobs", "loss", "recovery")))
-        return "\n".join(lines)
-
-
-def stories(count: int, first_seed: int = 0) -> Iterator[Story]:
+def stories(count: int, first_seed: int = 0, cover: int = 1) -> Iterator[Story]:
+    """`count` stories from `first_seed`: the first `cover` rounds force each mode once
+    (so every mode is seen), the rest draw modes by their share."""
+    modes = [m.name for m in library().modes]
     for i in range(count):
-        yield generate(first_seed + i, CLASSES[i % len(CLASSES)])
+        forced = modes[i % len(modes)] if i < cover * len(modes) else None
+        yield generate(first_seed + i, forced)
+
+
+def show(seed: int, which: tuple[str, ...] = DELIVERIES, mode: str = "") -> str:
+    """One story (`mode`: its first failure's, as `stories` forces it): its attempts, its
+    truth, and each delivery's conclusions."""
+    story = generate(seed, mode or None)
+    lines = [f"seed {seed}: {story.pattern}, first failure {story.mode}; herrings "
+             f"{story.herrings}"]
+    for r in story.runs:
+        lines.append(f"  {r.cluster} {r.key} nodes {r.nodes} {r.start:%H:%M:%S}-"
+                     f"{r.end:%H:%M:%S} {r.outcome} symptom "
+                     f"{r.symptom and f'{r.symptom:%H:%M:%S}'} restored {r.restored}"
+                     + (f" (load of {r.restore_failed} failed)" if r.restore_failed else ""))
+    lines += ["truth:", *(f"  {t}" for t in story.truth)]
+    for name, events in deliveries(story, 0, which).items():
+        lines.append(f"{name} ({len(events)} events):")
+        lines += [f"  {a}" for a in answer(run(events))]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stories", type=int, default=1000)
+    parser.add_argument("--count", "--stories", type=int, default=1000, dest="count")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cover", type=int, default=1,
+                        help="rounds that force every mode once before drawing by share")
+    parser.add_argument("--deliveries", default=",".join(DELIVERIES))
+    parser.add_argument("--mode", default="", help="only stories whose first failure is this "
+                        "(with --show: force it, as the first round of `stories` does)")
+    parser.add_argument("--show", type=int, default=None, metavar="SEED",
+                        help="one story: its truth and what each delivery concluded")
     args = parser.parse_args(argv)
+    which = tuple(d for d in args.deliveries.split(",") if d)
+    if args.show is not None:
+        print(show(args.show, which, args.mode))
+        return
     report = Report()
     began = wallclock.perf_counter()
-    for story in stories(args.stories, args.seed):
-        report.add(story)
+    for i, story in enumerate(stories(args.count, args.seed, args.cover)):
+        if args.mode and story.mode != args.mode:
+            continue
+        report.add(story, {n: answer(run(e)) for n, e in deliveries(story, 0, which).items()})
+        if (i + 1) % 50 == 0:
+            print(f"... {i + 1} stories, {wallclock.perf_counter() - began:.0f} s", flush=True)
     print(report.text())
     print(f"\n{wallclock.perf_counter() - began:.1f} s")
 

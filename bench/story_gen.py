@@ -1,287 +1,411 @@
-"""Generating ground-truth failure stories (jobs, the injected fault and its cascade, red
-herrings, the truth) and the delivery orders they arrive in (see `bench.stories`)."""
+"""Generating ground-truth failure stories from the failure-mode library
+(`bench/failure_modes.yaml`): a training job's attempts (one to five), each failure drawn by
+the shares of a published training report with its signals, symptoms and recovery, the
+other jobs, red herrings, a second cluster with the same node names, and the truth
+(`bench.story_truth` charges the GPU time). `bench.stories` delivers and scores them."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import random
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
 
-from jobtrail.learn import sample
-from schemas.events import Event, Source
-from schemas.registry import REGISTRY
+from bench import story_truth
+from bench.story_faults import Fault, alert, drain, inject, node_down
+from bench.story_model import (
+    CLUSTERS,
+    GPU_BUS,
+    PROJECT,
+    T0,
+    Run,
+    Save,
+    Story,
+    Truth,
+    attempt_key,
+    hostlist,
+    kernel,
+    node,
+    port,
+    slurmctld,
+    train,
+)
+from bench.story_modes import Mode, library
 
-T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
-PROJECT = "llm-pretrain"
-HORIZON = timedelta(hours=6)
-CLASSES = ("gpu_hardware", "network", "storage_io", "node_failure", "oom", "code_error",
-           "preemption")
-OWNER = {"gpu_hardware": "hardware-ops", "network": "network", "storage_io": "storage",
-         "node_failure": "hardware-ops", "oom": f"project:{PROJECT}",
-         "code_error": f"project:{PROJECT}", "preemption": "platform"}
-
-
-@dataclass(frozen=True)
-class Truth:
-    klass: str
-    entity: str
-    owner: str
-    jobs: tuple[str, ...]
-    lost_gpu_hours: float | None = None
-    recovery: str = ""
-
-
-@dataclass
-class Story:
-    seed: int
-    klass: str
-    events: list[tuple[str, Event]] = field(default_factory=list)
-    truth: list[Truth] = field(default_factory=list)
-    herrings: list[str] = field(default_factory=list)
-
-    def add(self, source: str, type_: str, at: datetime, **fields: Any) -> Event:
-        attributes = fields.pop("attributes", {})
-        natural = json.dumps([self.seed, type_, at.isoformat(), fields, attributes],
-                             sort_keys=True, default=str)
-        digest = hashlib.sha256(natural.encode()).hexdigest()[:16]
-        job = fields.get("job_id")
-        event = Event(id=f"s{self.seed}-{digest}", type=type_,
-                      source=Source(REGISTRY[type_].source), time=at, cluster=sample.CLUSTER,
-                      project=PROJECT if job else "", observed_at=at, attributes=attributes,
-                      **fields)
-        self.events.append((source, event))
-        return event
+HORIZON = timedelta(hours=12)
+MOUNTS = ["lustre-scratch:/scratch", "nfs-home:/home"]
 
 
-def node(n: int) -> str:
-    return f"node-{n:03d}"
-
-
-def port(n: int) -> str:
-    """The rail-0 leaf port of node n on the sample fat tree."""
-    return f"leaf-{2 * ((n - 1) // 16) + 1:02d}/p{(n - 1) % 16 + 1}"
-
-
-@dataclass
 class _Job:
-    name: str
-    nodes: list[int]
-    start: datetime
-    step_every: timedelta
-    ckpt_every: int  # steps
+    """A training job's shape: its first nodes, pace and checkpoint interval."""
 
-    @property
-    def gpus(self) -> int:
-        return 8 * len(self.nodes)
+    def __init__(self, rng: random.Random, job: str, nodes: list[int], start: datetime,
+                 cluster: str = CLUSTERS[0]) -> None:
+        self.job, self.nodes, self.start, self.cluster = job, nodes, start, cluster
+        self.step_every = timedelta(seconds=rng.choice((180, 240, 300)))
+        self.ckpt_every = rng.choice((50, 100))
+        self.path = f"/ckpt/{PROJECT}/run-{job}"
 
 
-def _run(story: Story, job: _Job, attempt: int, start: datetime, until: datetime,
-         first_step: int = 0, restored: int | None = None) -> tuple[int, datetime | None,
-                                                                     datetime | None]:
-    """Progress of one attempt from `start` to `until`; returns (last step, its time, last
-    checkpoint time)."""
-    story.add("slurmctld", "job.started", start, job_id=job.name, attempt=attempt,
-              attributes={"nodes": [node(n) for n in job.nodes], "gpus": job.gpus,
-                          "mounts": ["lustre-scratch:/scratch"]})
-    at = start + timedelta(seconds=90)
-    if restored is not None:
-        story.add("training", "checkpoint.restored", at, job_id=job.name, attempt=attempt,
-                  attributes={"step": restored, "path": f"/ckpt/{job.name}/{restored}"})
-        at += timedelta(seconds=60)
-    step, last_at, ckpt_at = first_step, None, None
-    for _ in range(400):  # bounded: a story is a few hours
+def _start(story: Story, job: _Job, run: Run, submit: bool) -> None:
+    c = run.cluster
+    if submit:
+        story.add("slurmctld", "job.submitted", run.submitted, c, job_id=run.job,
+                  attempt=run.attempt, attributes={"gpus": run.gpus, "mounts": MOUNTS,
+                                                   "queue": "gpu"})
+        slurmctld(story, c, run.submitted, f"_slurm_rpc_submit_batch_job: JobId={run.job} "
+                  "InitPrio=4294901759 usec=355")
+    story.add("slurmctld", "job.started", run.start, c, job_id=run.job, attempt=run.attempt,
+              attributes={"nodes": [node(n) for n in run.nodes], "gpus": run.gpus,
+                          "mounts": MOUNTS})
+    slurmctld(story, c, run.start, f"sched: Allocate JobId={run.job} NodeList="
+              f"{hostlist(run.nodes)} #CPUs={128 * len(run.nodes)} Partition=gpu")
+    story.runs.append(run)
+
+
+def _progress(story: Story, job: _Job, run: Run, until: datetime) -> None:
+    """Progress of `run` from its start (after restoring its checkpoint) to `until`: its
+    first step 150 s after its start; a save under way at `until` never finishes."""
+    c, head = run.cluster, run.nodes[0]
+    job_fields = {"job_id": run.job, "attempt": run.attempt}
+    at = run.start + timedelta(seconds=60)
+    if run.restore_failed is not None:
+        train(story, run, head, at - timedelta(seconds=5), f"loading checkpoint from "
+              f"{job.path} at iteration {run.restore_failed}")
+        story.add("training", "checkpoint.failed", at, c, **job_fields, attributes={
+            "step": run.restore_failed, "path": job.path, "operation": "restore",
+            "reason": "PytorchStreamReader failed reading zip archive"})
+        train(story, run, head, at, "RuntimeError: PytorchStreamReader failed reading zip "
+              "archive: failed finding central directory")
+    if run.restored is not None:
+        at = run.start + timedelta(seconds=90)
+        train(story, run, head, at - timedelta(seconds=5), f"loading checkpoint from "
+              f"{job.path} at iteration {run.restored}")
+        story.add("training", "checkpoint.restored", at, c, **job_fields,
+                  attributes={"step": run.restored, "path": job.path})
+        train(story, run, head, at, f"successfully loaded checkpoint from {job.path} "
+              f"[ t 0, p 0 ] at iteration {run.restored}")
+    at = run.start + timedelta(seconds=150)
+    step = run.restored or 0
+    for _ in range(600):  # bounded: an attempt is hours
         if at >= until:
             break
         step += 10
-        story.add("training", "job.step", at, job_id=job.name, attempt=attempt,
-                  entity="rank-0", attributes={"step": step})
-        last_at = at
+        run.resumed = run.resumed or at
+        run.steps.append((at, step))
+        story.add("training", "job.step", at, c, entity="rank-0", **job_fields,
+                  attributes={"step": step})
+        train(story, run, head, at, f"iteration {step:8d}/  500000 | consumed samples: "
+              f"{512 * step:12d} | elapsed time per iteration (ms): "
+              f"{job.step_every.total_seconds() * 100:.1f} | learning rate: 1.500000E-04 | "
+              "global batch size:   512 | lm loss: 2.345678E+00 | loss scale: 65536.0 |")
         if step % job.ckpt_every == 0:
-            ckpt_at = at + timedelta(seconds=5)
-            story.add("training", "checkpoint.saved", ckpt_at, job_id=job.name,
-                      attempt=attempt, attributes={"step": step,
-                                                   "path": f"/ckpt/{job.name}/{step}"})
+            begun, done = at + timedelta(seconds=2), at + timedelta(seconds=7)
+            if begun >= until:
+                break
+            finished = None if done >= until else done
+            run.saves.append(Save(step, begun, finished))
+            story.add("training", "checkpoint.started", begun, c, **job_fields,
+                      attributes={"step": step, "path": job.path})
+            train(story, run, head, begun, f"saving checkpoint at iteration {step:8d} to "
+                  f"{job.path}")
+            if finished:
+                story.add("training", "checkpoint.saved", done, c, **job_fields,
+                          attributes={"step": step, "path": job.path})
+                train(story, run, head, done, f"successfully saved checkpoint at iteration "
+                      f"{step:8d} to {job.path}")
         at += job.step_every
-    return step, last_at, ckpt_at
 
 
-def _jobs(rng: random.Random) -> list[_Job]:
-    racks = rng.sample(range(4), 3)
-    jobs = []
-    for i, rack in enumerate(racks[:rng.randint(1, 3)]):
-        first = rack * 16 + 1 + rng.randrange(0, 8)
-        size = rng.choice((2, 4, 8))
-        jobs.append(_Job(f"job-{i}", list(range(first, first + size)),
-                         T0 + timedelta(minutes=rng.randint(0, 10)),
-                         timedelta(seconds=rng.choice((180, 240, 300))),
-                         rng.choice((50, 100))))
-    return jobs
+def _complete(story: Story, run: Run, at: datetime) -> None:
+    run.end, run.outcome = at, "completed"
+    story.add("slurmctld", "job.completed", at, run.cluster, job_id=run.job,
+              attempt=run.attempt, attributes={"exit_code": 0})
+    slurmctld(story, run.cluster, at, f"_job_complete: JobId={run.job} WEXITSTATUS 0")
+    slurmctld(story, run.cluster, at + timedelta(milliseconds=1),
+              f"_job_complete: JobId={run.job} done")
 
 
-def generate(seed: int, klass: str | None = None) -> Story:
-    """One story; `klass` forces the injected fault's class."""
-    rng = random.Random(seed)
-    klass = klass or rng.choice(CLASSES)
-    story = Story(seed, klass)
-    jobs = _jobs(rng)
-    victim = jobs[0]
-    fault_at = victim.start + timedelta(minutes=rng.randint(35, 70), seconds=rng.randint(0, 59))
-    for other in jobs[1:]:
-        _run(story, other, 1, other.start, fault_at + timedelta(minutes=90))
-        story.add("slurmctld", "job.completed", fault_at + timedelta(minutes=90),
-                  job_id=other.name, attempt=1, attributes={"exit_code": 0})
-    step, _, ckpt_at = _run(story, victim, 1, victim.start, fault_at)
-    culprit = rng.choice(victim.nodes)
-    gpu = rng.randrange(8)
-    symptom_at = fault_at + timedelta(seconds=rng.randint(20, 120))
-    failed_at = symptom_at + timedelta(seconds=rng.randint(30, 180))
-    entity = ""
-    requeue = True
-    if klass == "gpu_hardware":
-        xid = rng.choice((79, 48, 94, 119))
-        entity = f"{node(culprit)}/gpu{gpu}"
-        story.add(f"dmesg:{node(culprit)}", "node.xid", fault_at, scope="gpu", entity=entity,
-                  node=node(culprit), attributes={"xid": xid, "gpu": str(gpu)})
-    elif klass == "network":
-        entity = port(culprit)
-        story.add("fabric", "network.port_down", fault_at, scope="port", entity=entity)
-        story.add("fabric", "network.port_up", fault_at + timedelta(minutes=20), scope="port",
-                  entity=entity)
-    elif klass == "storage_io":
-        entity = f"OST{rng.randrange(16):04d}"
-        story.add("storage", "storage.io_error", fault_at, scope="target", entity=entity,
-                  attributes={"target": entity, "error": "EIO"})
-    elif klass == "node_failure":
-        entity = node(culprit)
-        story.add("slurmctld", "node.not_ready", fault_at, scope="node", entity=entity,
-                  node=entity, attributes={"reason": "Not responding"})
-    if klass in ("gpu_hardware", "network", "node_failure"):
-        for rank_node in sorted({victim.nodes[0], culprit}):
-            story.add("ranks", "comm.nccl_timeout", symptom_at, job_id=victim.name, attempt=1,
-                      node=node(rank_node), attributes={"rank": 8 * victim.nodes.index(
-                          rank_node)})
-        message = "NCCL watchdog timeout"
-    elif klass == "storage_io":
-        story.add("ranks", "job.worker_exited", symptom_at, job_id=victim.name, attempt=1,
-                  node=node(culprit), message="OSError: [Errno 5] Input/output error",
-                  attributes={"exit_code": 1})
-        message = "Input/output error"
-    elif klass == "oom":
-        symptom_at = fault_at
-        story.add("ranks", "job.oom", symptom_at, job_id=victim.name, attempt=1,
-                  node=node(culprit), message="torch.OutOfMemoryError: CUDA out of memory",
-                  attributes={"exit_code": 1})
-        message = "CUDA out of memory"
-        requeue = False
-    elif klass == "code_error":
-        symptom_at = fault_at
-        story.add("ranks", "job.worker_exited", symptom_at, job_id=victim.name, attempt=1,
-                  node=node(culprit), message="Segmentation fault (core dumped)",
-                  attributes={"exit_code": 139})
-        message = "Segmentation fault"
-        requeue = False
-    else:  # preemption
-        symptom_at = failed_at = fault_at
-        message = ""
-    if klass == "preemption":
-        story.add("slurmctld", "job.preempted", fault_at, job_id=victim.name, attempt=1,
-                  attributes={"reason": "preempted by a higher-priority job"})
+def _fault_time(rng: random.Random, job: _Job, run: Run, saves_before: int,
+                in_save: bool) -> datetime:
+    """When the fault strikes `run`: after `saves_before` of its own saves (so a checkpoint
+    exists), between two steps; or (`in_save`) while its second save is being written."""
+    per = job.ckpt_every // 10
+    first = run.start + timedelta(seconds=150)  # its first step (see `_progress`)
+    if in_save:  # the save of step 2 x ckpt_every starts 2 s after it, ends 5 s later
+        return first + (2 * per - 1) * job.step_every + timedelta(seconds=2 + rng.randint(1, 4))
+    k = rng.randint(max(3, saves_before * per), max(4, (saves_before + 1) * per + 1))
+    return first + (k - 1) * job.step_every + timedelta(
+        seconds=rng.randint(10, int(job.step_every.total_seconds()) - 10))
+
+
+def _end(story: Story, rng: random.Random, run: Run, f: Fault) -> None:
+    """The scheduler ends the attempt the way the mode does."""
+    c, mode = run.cluster, f.mode
+    job_fields = {"job_id": run.job, "attempt": run.attempt}
+    if mode.ends == "preempted":
+        run.end, run.outcome, run.requeued = f.at, "preempted", True
+        by = str(int(run.job) + 500)
+        story.add("slurmctld", "job.preempted", f.at, c, **job_fields,
+                  attributes={"reason": "PREEMPTED", "by_job": by})
+        story.add("slurmctld", "job.requeued", f.at + timedelta(seconds=1), c, **job_fields,
+                  attributes={"reason": "PREEMPTED"})
+        slurmctld(story, c, f.at, f"preempted JobId={run.job} has been requeued to reclaim "
+                  f"resources for JobId={by}")
+        high = Run(c, by, 1, list(run.nodes), f.at, f.at + timedelta(seconds=1))
+        _start(story, _Job(rng, by, high.nodes, high.start, c), high, submit=False)
+        _complete(story, high, f.at + timedelta(minutes=rng.randint(3, 8)))
+    elif mode.ends == "node_fail":
+        last = max([f.at, *f.signals, *f.symptoms])
+        run.end, run.outcome, run.requeued = last + timedelta(seconds=rng.randint(
+            30, 200)), "node_fail", True
+        story.add("slurmctld", "job.requeued", run.end, c, **job_fields,
+                  attributes={"reason": "NODE_FAIL", "failed_nodes": [node(f.culprit)]})
+        slurmctld(story, c, run.end, f"Requeuing JobId={run.job} due to failure of node "
+                  f"{node(f.culprit)}")
     else:
-        story.add("slurmctld", "job.failed", failed_at, job_id=victim.name, attempt=1,
-                  message=message, attributes={"exit_code": 1, "reason": "NonZeroExitCode"})
-    if klass in ("gpu_hardware", "node_failure"):
-        story.add("slurmctld", "node.drained", failed_at + timedelta(seconds=30),
-                  scope="node", entity=node(culprit), node=node(culprit),
-                  attributes={"reason": "Kill task failed" if klass == "node_failure"
-                              else "NHC: GPU error"})
-    jobs_hit = (f"{PROJECT}/{victim.name}/1",)
-    loss: float | None = None
-    recovery = "awaiting_restart"
-    if requeue:
-        story.add("slurmctld", "job.requeued", failed_at + timedelta(seconds=1),
-                  job_id=victim.name, attempt=1)
-        restart = failed_at + timedelta(minutes=rng.randint(2, 12))
-        queued = klass == "preemption" or rng.random() < 0.5
-        story.add("slurmctld", "job.pending", failed_at + timedelta(seconds=2),
-                  job_id=victim.name, attempt=2,
-                  attributes={"reason": "Priority" if queued else "Resources"})
-        spare = [n for n in range(1, 65) if n not in victim.nodes and n != culprit
-                 and all(n not in j.nodes for j in jobs)]
-        moved = _Job(victim.name, sorted(rng.sample(spare, len(victim.nodes))), restart,
-                     victim.step_every, victim.ckpt_every)
-        restored = (step // victim.ckpt_every) * victim.ckpt_every if ckpt_at else None
-        resumed = restart + timedelta(seconds=150 if restored is not None else 90)
-        _run(story, moved, 2, restart, restart + timedelta(minutes=60),
-             first_step=restored or 0, restored=restored)
-        story.add("slurmctld", "job.completed", restart + timedelta(minutes=60),
-                  job_id=victim.name, attempt=2, attributes={"exit_code": 0})
-        thrown = (symptom_at - (ckpt_at or victim.start)).total_seconds()
-        # the GPUs stay held until the scheduler releases them (the pending mark)
-        released = failed_at + timedelta(seconds=2) if queued else restart
-        held = 0.0 if klass == "preemption" else (released - symptom_at).total_seconds()
-        overhead = 0.0 if klass == "preemption" else (resumed - restart).total_seconds()
-        loss = round(victim.gpus * (thrown + held + overhead) / 3600, 6)
-        recovery = "verified"
-    story.truth.append(Truth(klass, entity or f"{PROJECT}/{victim.name}/1", OWNER[klass],
-                             jobs_hit, loss, recovery))
-    _herrings(story, rng, jobs, fault_at, culprit)
+        last = max([f.at, *f.symptoms])
+        run.end, run.outcome = last + timedelta(seconds=rng.randint(30, 120)), "failed"
+        story.add("slurmctld", "job.failed", run.end, c, **job_fields,
+                  attributes={"exit_code": 1, "reason": "NonZeroExitCode"})
+        slurmctld(story, c, run.end, f"_job_complete: JobId={run.job} WEXITSTATUS 1")
+        slurmctld(story, c, run.end + timedelta(milliseconds=1),
+                  f"_job_complete: JobId={run.job} done")
+        if mode.restart == "requeue":
+            run.requeued = True
+            story.add("slurmctld", "job.requeued", run.end + timedelta(seconds=1), c,
+                      **job_fields, attributes={"reason": "REQUEUED"})
+            slurmctld(story, c, run.end + timedelta(seconds=1),
+                      f"_job_complete: requeue JobId={run.job} per user/system request")
+    run.symptom = min([*f.symptoms, run.end])
+
+
+def _failures(rng: random.Random, pattern: str, first: Mode | None) -> list[Mode]:
+    lib = library()
+    where = {"crash_loop": "hardware", "resubmit_new_id": "own"}.get(pattern, "any")
+    pool_ok = (lambda m: m.restart == "requeue" and m.ends != "preempted") \
+        if pattern.startswith("fallback") else (lambda m: True)
+    modes = [first] if first else []
+    while not modes or not pool_ok(modes[0]):
+        modes = [lib.draw(rng, where)]
+    if pattern == "crash_loop":
+        return modes * 3
+    if pattern == "chain":
+        for _ in range(rng.randint(1, 3)):
+            drawn = lib.draw(rng)
+            while drawn.truth.entity == "target" and any(
+                    m.truth.entity == "target" for m in modes):
+                drawn = lib.draw(rng)
+            modes.append(drawn)
+    return modes
+
+
+def generate(seed: int, mode: str | None = None, pattern: str | None = None) -> Story:
+    """One story; `mode` forces the first failure's mode, `pattern` the attempts' pattern."""
+    rng = random.Random(seed)
+    lib = library()
+    pattern = pattern or lib.pattern(rng)
+    forced = lib.mode(mode) if mode else None
+    if forced and pattern == "crash_loop" and not (
+            forced.truth.entity == "gpu" and forced.signals and forced.signals[-1].kind == "xid"):
+        pattern = "single"
+    if forced and pattern == "resubmit_new_id" and forced.restart != "manual":
+        pattern = "single"
+    if forced and pattern.startswith("fallback") and (
+            forced.restart != "requeue" or forced.ends == "preempted"):
+        pattern = "single"
+    modes = _failures(rng, pattern, forced)
+    story = Story(seed, modes[0].name, modes[0].truth.klass, pattern)
+    racks = rng.sample(range(4), 3)
+    first = racks[0] * 16 + 1 + rng.randrange(0, 8)
+    size = rng.choice((2, 4, 8))
+    base = 40000 + 10 * seed
+    victim = _Job(rng, str(base), list(range(first, first + size)),
+                  T0 + timedelta(minutes=rng.randint(0, 10)))
+    others = []
+    for i, rack in enumerate(racks[1:rng.randint(1, 3)]):
+        low = rack * 16 + 1 + rng.randrange(0, 8)
+        others.append(_Job(rng, str(base + 1 + i), list(range(low, low + rng.choice((2, 4)))),
+                           T0 + timedelta(minutes=rng.randint(0, 10))))
+    busy = set(victim.nodes) | {n for o in others for n in o.nodes}
+    end = _victim(story, rng, victim, modes, pattern, busy)
+    for other in others:
+        run = Run(other.cluster, other.job, 1, other.nodes, other.start, other.start)
+        _start(story, other, run, submit=True)
+        _progress(story, other, run, end)
+        _complete(story, run, end)
+    first_fault = story.fault_times[0]
+    _herrings(story, rng, busy, victim.nodes, first_fault)
+    if rng.random() < 0.3:
+        _second_cluster(story, rng, victim, first_fault, end)
     story.events.sort(key=lambda se: (se[1].time, se[1].id))
     return story
 
 
-def _herrings(story: Story, rng: random.Random, jobs: list[_Job], fault_at: datetime,
-              culprit: int) -> None:
-    busy = {n for j in jobs for n in j.nodes} | {culprit}
-    idle = [n for n in range(1, 65) if n not in busy]
+def _spares(rng: random.Random, busy: set[int], count: int) -> list[int]:
+    spare = [n for n in range(1, 65) if n not in busy]
+    start = rng.randrange(0, len(spare) - count)
+    return sorted(spare[start:start + count])
+
+
+def _victim(story: Story, rng: random.Random, job: _Job, modes: list[Mode], pattern: str,
+            busy: set[int]) -> datetime:
+    """The victim's attempts through every failure to a recovered last attempt; returns
+    when the story's other jobs end."""
+    run = Run(job.cluster, job.job, 1, job.nodes, job.start - timedelta(seconds=30),
+              job.start)
+    _start(story, job, run, submit=True)
+    story.lineage.append(run)
+    faults: list[Fault] = []
+    crash = pattern == "crash_loop"
+    culprit, failure_steps = rng.choice(job.nodes), []
+    for i, mode in enumerate(modes):
+        saves = 2 if pattern == "fallback_restore_failed" and i == 0 else (1 if i == 0 else 0)
+        in_save = pattern == "fallback_unfinished" and i == 0
+        at = _fault_time(rng, job, run, saves, in_save)
+        _progress(story, job, run, at)
+        if not crash or i == 0:
+            culprit = rng.choice(run.nodes)
+        # a crash loop: the same bad GPU every time
+        fault = inject(story, rng, mode, run, culprit, at, faults[0].gpu if crash and faults
+                       else None)
+        faults.append(fault)
+        story.fault_times.append(at)
+        _end(story, rng, run, fault)
+        failure_steps.append(run.last_step())
+        if mode.drain and not crash:
+            assert run.end is not None  # `_end` ended it
+            reason = mode.drain.format(xid=fault.xid, gpu=fault.gpu)
+            drain(story, run.cluster, culprit, run.end + timedelta(seconds=30), reason,
+                  fault.xid or None)
+        busy |= set(run.nodes)
+        run = _restart(story, rng, job, run, mode, pattern if i == 0 else "", busy, crash)
+        story.lineage.append(run)
+    last = max(failure_steps) + 30
+    until = run.start + timedelta(seconds=150) + job.step_every * (
+        (last - (run.restored or 0)) // 10 + 1)
+    _progress(story, job, run, until)
+    _complete(story, run, until)
+    _truths(story, faults, pattern, crash)
+    return until + timedelta(minutes=5)
+
+
+def _restart(story: Story, rng: random.Random, job: _Job, run: Run, mode: Mode, pattern: str,
+             busy: set[int], crash: bool) -> Run:
+    """The next attempt: requeued by the cluster, or resubmitted by its owner."""
+    c = run.cluster
+    assert run.end is not None
+    saved = [s for r in story.lineage for s in r.saves if s.finished is not None]
+    restored = saved[-1].step if saved else None
+    failed_load = None
+    if pattern == "fallback_restore_failed" and len(saved) >= 2:
+        failed_load, restored = saved[-1].step, saved[-2].step
+    nodes = list(run.nodes) if crash else _spares(rng, busy, len(run.nodes))
+    after = "preemption" if mode.ends == "preempted" else "failure"
+    if run.requeued:
+        pending = run.end + timedelta(seconds=2)
+        reason = "Priority" if mode.ends == "preempted" or rng.random() < 0.5 else "Resources"
+        run.pending.append((pending, reason))
+        story.add("slurmctld", "job.pending", pending, c, job_id=run.job,
+                  attempt=run.attempt + 1, attributes={"reason": reason})
+        start = run.end + timedelta(minutes=rng.randint(2, 12))
+        nxt = Run(c, run.job, run.attempt + 1, nodes, pending, start, after)
+        submit = False
+    else:
+        resubmit = run.end + timedelta(minutes=rng.randint(20, 120))
+        new_id = pattern == "resubmit_new_id"
+        nxt = Run(c, str(int(job.job) + 7) if new_id else run.job,
+                  1 if new_id else run.attempt + 1, nodes, resubmit,
+                  resubmit + timedelta(seconds=rng.randint(30, 180)), after)
+        if not new_id:
+            slurmctld(story, c, resubmit, f"Requeuing JobId={run.job}")
+        submit = True
+    nxt.restored, nxt.restore_failed = restored, failed_load
+    _start(story, job, nxt, submit)
+    return nxt
+
+
+def _truths(story: Story, faults: list[Fault], pattern: str, crash: bool) -> None:
+    charged = story_truth.charges(story.lineage)
+    groups = [faults] if crash else [[f] for f in faults]
+    for group in groups:
+        mode = group[0].mode
+        owner = f"project:{PROJECT}" if mode.job_own else mode.truth.owner
+        loss = round(sum(charged.get(f.run.key, 0.0) for f in group), 6)
+        story.truth.append(Truth(mode.truth.klass, group[0].entity(), owner,
+                                 tuple(sorted(f.run.key for f in group)), loss, "verified",
+                                 mode.name, group[0].run.cluster, pattern))
+    if crash:
+        story.truth.append(Truth("repeat_offender", node(faults[0].culprit), "hardware-ops",
+                                 (), None, "", faults[0].mode.name, pattern=pattern))
+    for r in story.runs:
+        if r.restore_failed is not None:  # the broken checkpoint: its own incident
+            story.truth.append(Truth("checkpoint", r.key, f"project:{PROJECT}", (r.key,),
+                                     None, "", "checkpoint-restore", r.cluster, pattern))
+
+
+def _herrings(story: Story, rng: random.Random, busy: set[int], victim: list[int],
+              at: datetime) -> None:
+    c = CLUSTERS[0]
+    idle = [n for n in range(1, 65) if n not in busy and all(
+        n not in r.nodes for r in story.runs)]
     if rng.random() < 0.5:  # a fault on an idle node: its own incident, no job
-        n = rng.choice(idle)
-        entity = f"{node(n)}/gpu{rng.randrange(8)}"
-        story.add(f"dmesg:{node(n)}", "node.xid", fault_at - timedelta(minutes=rng.randint(
-            5, 30)), scope="gpu", entity=entity, node=node(n),
-            attributes={"xid": 79, "gpu": entity[-1]})
-        story.truth.append(Truth("gpu_hardware", entity, "hardware-ops", ()))
+        n, g = rng.choice(idle), rng.randrange(8)
+        when = at - timedelta(minutes=rng.randint(5, 30))
+        story.add(f"dmesg:{node(n)}", "node.xid", when, c, scope="gpu",
+                  entity=f"{node(n)}/gpu{g}", node=node(n), attributes={"xid": 79, "gpu": str(g)})
+        kernel(story, c, n, when, f"NVRM: Xid (PCI:0000:{GPU_BUS[g]}:00): 79, "
+               "pid=2231, name=python, GPU has fallen off the bus.")
+        story.truth.append(Truth("gpu_hardware", f"{node(n)}/gpu{g}", "hardware-ops", (),
+                                 mode="idle-xid"))
         story.herrings.append("idle-xid")
-    victim = jobs[0]
     if rng.random() < 0.4:  # a counter tick on the victim's own leaf port, minutes before
-        n = rng.choice(victim.nodes)
-        story.add("fabric", "network.link_errors", fault_at - timedelta(minutes=rng.randint(
-            2, 8)), scope="port", entity=port(n), attributes={"symbol_errors": 2})
+        n = rng.choice(victim)
+        _tick(story, n, at - timedelta(minutes=rng.randint(2, 8)))
         story.herrings.append("near-counter-tick")
     if rng.random() < 0.3:  # planned work: a maintenance drain and reboot of an idle node
         n = rng.choice(idle)
-        at = fault_at - timedelta(minutes=rng.randint(10, 40))
-        story.add("slurmctld", "node.drained", at, scope="node", entity=node(n), node=node(n),
-                  attributes={"reason": "maintenance: firmware update CHG-4711"})
-        story.add("slurmctld", "node.not_ready", at + timedelta(minutes=5), scope="node",
-                  entity=node(n), node=node(n), attributes={"reason": "Reboot ASAP"})
+        when = at - timedelta(minutes=rng.randint(10, 40))
+        drain(story, c, n, when, "maintenance: firmware update CHG-4711")
+        node_down(story, c, n, when + timedelta(minutes=5))
         story.herrings.append("planned-work")
     if rng.random() < 0.3:  # a link counter tick far from the failure on another leaf
-        n = rng.choice(idle)
-        story.add("fabric", "network.link_errors", fault_at - timedelta(minutes=40),
-                  scope="port", entity=port(n), attributes={"symbol_errors": 3})
+        _tick(story, rng.choice(idle), at - timedelta(minutes=40))
         story.herrings.append("far-counter-tick")
 
 
-# --- delivery -------------------------------------------------------------------------------
+def _tick(story: Story, n: int, at: datetime) -> None:
+    switch, p = port(n).split("/")
+    story.add("fabric", "network.link_errors", at, CLUSTERS[0], scope="port", entity=port(n),
+              attributes={"switch": switch, "port": p, "counter": "symbol_errors",
+                          "value": 2.0})
+    alert(story, CLUSTERS[0], "IBLinkErrors", {"switch": switch, "port": p}, at, None)
 
 
-def deliveries(story: Story, seed: int = 0) -> dict[str, list[Event]]:
-    """Arrival orders of the same events."""
-    rng = random.Random(seed * 7919 + story.seed)
-    by_time = [e for _, e in story.events]
-    sources = sorted({s for s, _ in story.events})
-    order = rng.sample(sources, len(sources))
-    files = [e for s in order for src, e in story.events if src == s]
-    lag = {s: timedelta(seconds=rng.uniform(0, 120)) for s in sources}
+def _second_cluster(story: Story, rng: random.Random, victim: _Job, at: datetime,
+                    end: datetime) -> None:
+    """cluster-b, whose nodes have the same names: a job on the victim's node names, and
+    (sometimes) a GPU fault on one of them that only cluster-b's idle node had."""
+    c = CLUSTERS[1]
+    shared = rng.choice(victim.nodes)
+    faulty = rng.random() < 0.6
+    nodes = [n for n in victim.nodes if n != shared] if faulty else list(victim.nodes)
+    twin = _Job(rng, str(70000 + 10 * story.seed), nodes, victim.start, c)
+    run = Run(c, twin.job, 1, nodes, twin.start - timedelta(seconds=30), twin.start)
+    _start(story, twin, run, submit=True)
+    _progress(story, twin, run, end)
+    _complete(story, run, end)
+    story.herrings.append("second-cluster")
+    if faulty:
+        g = rng.randrange(8)
+        when = at - timedelta(minutes=rng.randint(2, 12))
+        story.add(f"dmesg:{node(shared)}", "node.xid", when, c, scope="gpu",
+                  entity=f"{node(shared)}/gpu{g}", node=node(shared),
+                  attributes={"xid": 79, "gpu": str(g)})
+        kernel(story, c, shared, when, f"NVRM: Xid (PCI:0000:{GPU_BUS[g]}:00): 79, "
+               "pid=2231, name=python, GPU has fallen off the bus.")
+        story.truth.append(Truth("gpu_hardware", f"{node(shared)}/gpu{g}", "hardware-ops", (),
+                                 mode="other-cluster-xid", cluster=c))
+        story.herrings.append("same-name-fault")
 
-    def arrival(source: str, event: Event) -> datetime:
-        if source == "training":  # shipped every minute
-            base = event.time.replace(second=0, microsecond=0) + timedelta(minutes=1)
-            return base + lag[source]
-        return event.time + lag[source]
 
-    live = [e for _, e in sorted(story.events, key=lambda se: (arrival(*se), se[1].id))]
-    return {"time": by_time, "files": files, "live": live}
+__all__ = ["CLUSTERS", "HORIZON", "PROJECT", "T0", "Story", "Truth", "attempt_key",
+           "generate"]
