@@ -55,6 +55,11 @@ class Outputs:
 
 
 class Pipeline:
+    fast = True
+    """Inert events (`processors.incidents.inert`) only move the detector's time on; False
+    observes every one (the path before the fast path, kept to compare the two:
+    `tests/processors/test_fast_path.py`)."""
+
     def __init__(self, slack: timedelta = timedelta(seconds=30),
                  topology: Topology | None = None,
                  lateness: timedelta = timedelta(minutes=10), rules: Rules | None = None,
@@ -247,7 +252,7 @@ class Pipeline:
                 self._wait(event, {(r.project, r.job_id, r.attempt) for r in rows})
             out.incidents.extend(self.reorder.observe(self.detector, event,
                                                       self._rows_but(event, rows),
-                                                      json_of.get(event.id)))
+                                                      json_of.get(event.id), self.fast))
         incident_ids = dict.fromkeys(e.incident_id for e in out.incidents)
         out.incident_states = [self.detector.incidents[i] for i in incident_ids]
         self._expire()
