@@ -55,10 +55,11 @@ class Outputs:
 
 
 class Pipeline:
-    fast = True
-    """Inert events (`processors.incidents.inert`) only move the detector's time on; False
-    observes every one (the path before the fast path, kept to compare the two:
-    `tests/processors/test_fast_path.py`)."""
+    fast = False
+    """True: inert events (`processors.incidents.inert`) only move the detector's time on,
+    deciding exactly what observing them decides (`tests/processors/test_fast_path.py`).
+    Off by default: it did not pay (`bench.fastpath`, docs/scaling.md: observing an inert
+    event cost a few µs, about what telling it inert costs)."""
 
     def __init__(self, slack: timedelta = timedelta(seconds=30),
                  topology: Topology | None = None,
