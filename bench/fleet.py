@@ -227,12 +227,14 @@ class FleetLoad:
         return out[:n]
 
 
-def events(n: int, nodes: int = 2000, seed: int = 45) -> list[Any]:
-    """`n` canonical events of the mix (decoded as ingest decodes them)."""
+def events(n: int, nodes: int = 2000, seed: int = 45,
+           load: type[FleetLoad] = FleetLoad) -> list[Any]:
+    """`n` canonical events of the mix (decoded as ingest decodes them); `load`: the mix
+    with other rates (a subclass: a test's GPUs fail more often)."""
     import json
 
     from ingest.canonical import decode
     from schemas.events import Event
 
-    text = "\n".join(json.dumps(r) for r in FleetLoad(nodes, seed).records(n))
+    text = "\n".join(json.dumps(r) for r in load(nodes, seed).records(n))
     return [e for e in decode(text, producer="bench", observed_at=T0) if isinstance(e, Event)]
