@@ -100,16 +100,21 @@ def _check_env(secrets: Any, option: str, name: str) -> None:
 @click.option("--repeat", "repeat_s", type=count(0, 30 * 86400), default=1800,
               help="Repeat an unacknowledged sev1 every N seconds (0: never)")
 @click.option("--flap-hold", "flap_hold_s", type=count(0, 86400), default=600)
+@click.option("--history", is_flag=True,
+              help="Also page incidents that were over before jobtrail saw them (a backfill, "
+                   "a late import)")
 @click.pass_context
 def subscribe(ctx: click.Context, name: str, owner: str, matchers: tuple[str, ...], on: str,
               channel: str, url: str, url_env: str, to: str, secret_env: str,
               projects: tuple[str, ...], cron: str, zone: str, quiet: str, quiet_bypass: str,
-              rate: str, wait_s: int, repeat_s: int, flap_hold_s: int) -> None:
+              rate: str, wait_s: int, repeat_s: int, flap_hold_s: int,
+              history: bool = False) -> None:
     """Subscribe OWNER to the incidents the matchers select (created or updated by name)."""
     from pydantic import ValidationError
 
     from jobtrail.alerts.secrets import hint, new_signing_secret
-    from processors.notify.model import Matcher, Subscription, subscription_id
+    from jobtrail.cli.commands import operator
+    from processors.notify.model import Creator, Matcher, Subscription, subscription_id
 
     sub_id = subscription_id(owner, name)
     secrets = _secrets(ctx)
@@ -151,6 +156,7 @@ def subscribe(ctx: click.Context, name: str, owner: str, matchers: tuple[str, ..
             "mode": "digest" if cron else "immediate", "digest_cron": cron, "timezone": zone,
             "rate_limit": {"count": int(count), "per_s": int(per or 3600)},
             "wait_s": wait_s, "repeat_s": repeat_s, "flap_hold_s": flap_hold_s,
+            "creator": Creator.of(operator(_settings(ctx))).model_dump(), "history": history,
         }
         if on:
             spec["on"] = [t.strip() for t in on.split(",") if t.strip()]

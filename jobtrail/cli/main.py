@@ -96,7 +96,17 @@ def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, si
             click.echo(json.dumps(row, default=str))
         return
     use_colour = sys.stdout.isatty() if colour is None else colour
-    click.echo(render(job, rows, store.attempts(project, job), colour=use_colour), nl=False)
+    from jobtrail.app import load_topology
+    from jobtrail.store.queries import wiring
+    from jobtrail.views.completeness import of_attempts
+
+    attempts = store.attempts(project, job)
+    shown = [a for a in attempts if attempt is None or a.attempt == attempt] if rows else []
+    sources = of_attempts(store, wiring(store, load_topology(_settings(ctx))), shown)
+    click.echo(render(job, rows, attempts, colour=use_colour,
+                      incidents=store.incidents_of_events(
+                          project, [r["event_id"] for r in rows]),
+                      completeness=sources), nl=False)
 
 
 @main.command()
@@ -273,16 +283,22 @@ def attempt(ctx: click.Context, job: str, attempt: int, project: str) -> None:
 @click.option("--project", "projects", multiple=True, required=True)
 @click.option("--since", default=None)
 @click.option("--until", default=None)
+@click.option("--json", "as_json", is_flag=True, help="Rows as JSON lines")
 @click.pass_context
 def entity(ctx: click.Context, name: str, projects: tuple[str, ...], since: str | None,
-           until: str | None) -> None:
-    """What happened on an entity: node, GPU, NIC, switch, port or filesystem (JSON lines)."""
-    from jobtrail.app import open_store
+           until: str | None, as_json: bool = False) -> None:
+    """What happened on an entity: node, GPU, NIC, switch, port or filesystem (a table;
+    --json for JSON lines)."""
+    from jobtrail.cli.beside import Reader
+    from jobtrail.views.show import entity_table
 
-    rows = open_store(_settings(ctx)).entity_timeline(
-        projects, name, since=_parse_when(since), until=_parse_when(until))
-    for row in rows:
-        click.echo(json.dumps(row, default=str))
+    rows = Reader(_settings(ctx)).entity_timeline(
+        list(projects), name, since=_parse_when(since), until=_parse_when(until))
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, default=str))
+        return
+    click.echo(entity_table(name, rows), nl=False)
 
 
 @main.command()
@@ -373,6 +389,7 @@ def _register() -> None:
         grafana,
         incidents,
         ingest,
+        mcp,
         postmortem,
         report,
         rules,
@@ -396,6 +413,7 @@ def _register() -> None:
     for command in alerts.COMMANDS:
         main.add_command(command)
     main.add_command(drill.drill)
+    main.add_command(mcp.mcp)
 
 
 _register()

@@ -24,6 +24,12 @@ INCIDENT_LIST = ("incident_id, status, severity, class, entity, owner, title, op
                  "projects, confidence")
 
 
+def confidence(stored: Any) -> float:
+    """A cause's confidence as it was decided: the column is Float32, which reads back as
+    0.8500000238418579 for 0.85 (four decimals are more than any rule states)."""
+    return round(float(stored), 4)
+
+
 class IncidentTables:
     client: Any
     database: str
@@ -142,6 +148,8 @@ class IncidentTables:
             all=projects is None, projects=list(projects or []), status=status,
             since=since or datetime(1970, 1, 1, tzinfo=UTC), limit=limit,
             infra=infrastructure and projects is None)
+        for row in rows:
+            row["confidence"] = confidence(row["confidence"])
         if projects is None or not rows:
             return rows
         jobs: dict[str, list[dict[str, Any]]] = {}
@@ -167,6 +175,7 @@ class IncidentTables:
         if not rows:
             return None
         out = rows[0]
+        out["confidence"] = confidence(out["confidence"])
         out["jobs"] = self._dicts(
             "SELECT * EXCEPT version FROM incident_jobs FINAL WHERE incident_id = {id:String} "
             "AND role != 'moved' ORDER BY project, job_id, attempt", id=incident_id)
@@ -227,3 +236,22 @@ class IncidentTables:
             "'first_event') FROM incident_log WHERE incident_id = {id:String} "
             "AND kind = 'opened') ORDER BY cluster LIMIT 1", id=incident_id)
         return str(result.result_rows[0][0]) if result.result_rows else None
+
+    def incidents_of_events(self, project: str, event_ids: Sequence[str]
+                            ) -> dict[str, tuple[str, str]]:
+        """event id -> (incident id, its title) for the events that are evidence of an
+        incident touching `project` (a job timeline names the incident of each row)."""
+        if not event_ids:
+            return {}
+        rows = self._dicts(
+            "SELECT e.event_id AS event_id, e.incident_id AS incident_id, i.title AS title "
+            "FROM (SELECT event_id, incident_id FROM incident_evidence FINAL "
+            "WHERE event_id IN {ids:Array(String)} AND role != 'moved') AS e "
+            "INNER JOIN (SELECT incident_id, title FROM incidents FINAL "
+            "WHERE has(projects, {project:String}) AND NOT has(flags, 'withdrawn')) AS i "
+            "ON e.incident_id = i.incident_id ORDER BY e.event_id, e.incident_id",
+            ids=sorted(set(event_ids)), project=project)
+        out: dict[str, tuple[str, str]] = {}
+        for r in rows:
+            out.setdefault(str(r["event_id"]), (str(r["incident_id"]), str(r["title"])))
+        return out
