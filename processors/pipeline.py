@@ -56,6 +56,12 @@ class Outputs:
 
 
 class Pipeline:
+    fast = False
+    """True: inert events (`processors.incidents.inert`) only move the detector's time on,
+    deciding exactly what observing them decides (`tests/processors/test_fast_path.py`).
+    Off by default: it did not pay (`bench.fastpath`, docs/scaling.md: observing an inert
+    event cost a few µs, about what telling it inert costs)."""
+
     def __init__(self, slack: timedelta = timedelta(seconds=30),
                  topology: Topology | None = None,
                  lateness: timedelta = timedelta(minutes=10), rules: Rules | None = None,
@@ -258,7 +264,7 @@ class Pipeline:
                 self._wait(event, {(r.project, r.job_id, r.attempt) for r in rows})
             out.incidents.extend(self.reorder.observe(self.detector, event,
                                                       self._rows_but(event, rows),
-                                                      json_of.get(event.id)))
+                                                      json_of.get(event.id), self.fast))
         incident_ids = dict.fromkeys(e.incident_id for e in out.incidents)
         out.incident_states = [self.detector.incidents[i] for i in incident_ids]
         self._expire()

@@ -111,6 +111,20 @@ class Detector:
         out, book.out = book.out, []
         return out
 
+    def advance(self, time: datetime) -> list[IncidentEvent]:
+        """Event time moves on with no event to observe (one that can never open, join or
+        revise an incident: `processors.incidents.inert`): the timers due before `time`
+        fire, as they would have at that event."""
+        book = self.book
+        book.out = []
+        try:
+            self._advance(self.context, time)
+        except NotInLog:
+            if not book.replaying:
+                raise
+        out, book.out = book.out, []
+        return out
+
     def _observe(self, event: Event, rows: Sequence[TimelineRow]) -> None:
         ctx = self.context
         self._advance(ctx, event.time)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from processors.incidents.book import Book
 from processors.incidents.checkpoint import Checkpoint, Journal, JournalPickle, Position
+from processors.incidents.inert import inert
 from processors.incidents.model import (
     Incident,
     IncidentEvent,
@@ -116,8 +117,11 @@ class Lateness(JournalPickle):
 
     def observe(self, d: Detector, event: Event,
                 rows_of: Callable[[Event], Sequence[TimelineRow]],
-                raw: bytes | None = None) -> list[IncidentEvent]:
-        """`raw`: the JSON `event` was decoded from, journalled as it is (else encoded)."""
+                raw: bytes | None = None, fast: bool = False) -> list[IncidentEvent]:
+        """`raw`: the JSON `event` was decoded from, journalled as it is (else encoded).
+        `fast`: an event that can never open, join or revise an incident (`inert`, under
+        the detector's rules) only moves the detector's time on, here and in a replay;
+        journalled and checkpointed as any other, so both ways decide the same."""
         if not self.checkpoints:
             self.checkpoints.append(Checkpoint.of(None, d.book))
         position = (event.time, event.id)
@@ -127,13 +131,13 @@ class Lateness(JournalPickle):
             if base is not None and not self._affordable(base):
                 base = None
             if base is not None:
-                out = self._reevaluate(d, base, position, event, rows_of)
+                out = self._reevaluate(d, base, position, event, rows_of, fast)
                 self._after(d)
                 return out
             # older than every checkpoint: decided where it arrived, replayed there later
             self.stragglers += 1
             position = (self.head[0], f"{self.head[1]}{_STRAGGLER}{event.id}")
-        out = d.observe(event, rows_of(event))
+        out = _take(d, event, rows_of, fast)
         self._recalled(d.book, position)
         self.journal.append((position, raw or event.model_dump_json()))
         self.head = position
@@ -216,7 +220,8 @@ class Lateness(JournalPickle):
                 self.unlisted = {i: at for i, at in self.unlisted.items() if at >= oldest}
 
     def _reevaluate(self, d: Detector, base: int, position: Position, event: Event,
-                    rows_of: Callable[[Event], Sequence[TimelineRow]]) -> list[IncidentEvent]:
+                    rows_of: Callable[[Event], Sequence[TimelineRow]],
+                    fast: bool = False) -> list[IncidentEvent]:
         self.reevaluations += 1
         bisect.insort(self.journal, (position, event.model_dump_json()), key=lambda j: j[0])
         checkpoint = self.checkpoints[base]
@@ -234,7 +239,7 @@ class Lateness(JournalPickle):
                                                             key=lambda j: j[0])
         for at, raw in self.journal[start:]:
             replayed = Event.model_validate_json(raw)
-            emitted = d.observe(replayed, rows_of(replayed))
+            emitted = _take(d, replayed, rows_of, fast)
             self._recalled(d.book, at)
             replay.extend(emitted)
             self._touch(at, emitted)
@@ -285,6 +290,15 @@ class Lateness(JournalPickle):
             if (since is None or pos > since) and pos <= at \
                     and not dict.__contains__(book.incidents, inc_id):
                 dict.__setitem__(book.incidents, inc_id, pickle.loads(state))  # noqa: S301
+
+
+def _take(d: Detector, event: Event, rows_of: Callable[[Event], Sequence[TimelineRow]],
+          fast: bool) -> list[IncidentEvent]:
+    """The detector observes `event`; on the fast path an inert one only moves its time on
+    (`Detector.advance`: the same, without the attribution and the rules' lookups)."""
+    if fast and inert(d.rules, event):
+        return d.advance(event.time)
+    return d.observe(event, rows_of(event))
 
 
 # --- writing the difference ------------------------------------------------------------------
