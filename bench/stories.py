@@ -40,11 +40,20 @@ from processors.topology import Topology
 from schemas.events import Event
 from schemas.topology import TopologyFile
 
-__all__ = ["DELIVERIES", "HORIZON", "PROJECT", "T0", "Answer", "Report", "Score", "Story",
-           "Truth", "answer", "deliveries", "generate", "main", "node", "port", "run",
-           "score", "stories", "wiring"]
+__all__ = ["CLASSES", "DELIVERIES", "HORIZON", "PROJECT", "T0", "Answer", "Report", "Score",
+           "Story", "Truth", "answer", "deliveries", "generate", "main", "node", "of_class",
+           "port", "run", "score", "stories", "wiring"]
 
 DELIVERIES = ("time", "files", "live", "raw")
+CLASSES = tuple(sorted({m.truth.klass for m in library().modes}))
+"""The causes the library's modes conclude (a story of each: `of_class`)."""
+
+
+def of_class(seed: int, klass: str) -> Story:
+    """A story of one failure whose cause is of class `klass` (the library's first mode of
+    that class): what the order, eviction and same-instant tests replay."""
+    mode = next(m.name for m in library().modes if m.truth.klass == klass)
+    return generate(seed, mode, "single")
 _WIRING: Topology | None = None
 
 

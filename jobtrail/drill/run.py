@@ -31,8 +31,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jobtrail.collect.slurm import DRILL_JOB_NAME, SlurmCollector
+from jobtrail.collect.slurm import SlurmCollector
 from jobtrail.collect.slurm_cursor import Sink
+from jobtrail.collect.slurm_lines import DRILL_JOB_NAME
 from jobtrail.drill import network
 from jobtrail.drill.checks import ENDS, SYMPTOMS, Facts, Fallback, epoch, judge
 from jobtrail.drill.report import Check, DrillReport

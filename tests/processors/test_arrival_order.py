@@ -24,7 +24,7 @@ PHASES = (Phase.explicit, Phase.reuse, Phase.generate)  # a story is its own sma
 def delivery(draw: st.DrawFn) -> tuple[stories.Story, list[str]]:
     """A story and an arrival order: its sources in any order, each delayed by up to 2 h
     and its events reordered within a few minutes."""
-    story = stories.generate(draw(st.sampled_from(SEEDS)),
+    story = stories.of_class(draw(st.sampled_from(SEEDS)),
                              draw(st.sampled_from(stories.CLASSES)))
     sources = sorted({s for s, _ in story.events})
     delay = {s: draw(st.integers(0, 7200)) for s in sources}
@@ -64,7 +64,7 @@ def test_files_imported_source_by_source_give_one_revised_incident() -> None:
 
 
 def test_an_event_older_than_the_horizon_is_decided_where_it_arrived() -> None:
-    story = stories.generate(3, "gpu_hardware")
+    story = stories.of_class(3, "gpu_hardware")
     events = [e for _, e in story.events]
     xid = next(e for e in events if e.type == "node.xid" and e.node in
                {n for _, ev in story.events for n in ev.attributes.get("nodes", [])})

@@ -86,7 +86,7 @@ def _commands(log: list[IncidentEvent], round_: int, at: Event) -> list[Command]
 def _drive(runs: list[Run], seeds: list[int], classes: list[str], jitter: int,
            batch: int) -> None:
     for round_, (seed, klass) in enumerate(zip(seeds, classes, strict=True)):
-        story = stories.generate(seed, klass)
+        story = stories.of_class(seed, klass)
         events = _shifted(story, round_)
         order = sorted(range(len(events)), key=lambda i: events[i].time + timedelta(
             seconds=zlib.crc32(events[i].id.encode()) % (jitter + 1)))
@@ -120,7 +120,7 @@ def test_forced_eviction_gives_the_same_log_and_holds_only_open_work() -> None:
 def test_late_evidence_for_an_evicted_incident_attaches_to_it() -> None:
     """Resolved, evicted, then a signal on the same entity within the reopen window: the
     same incident takes it back (no second one), exactly as when it stayed in memory."""
-    story = stories.generate(3, "gpu_hardware")
+    story = stories.of_class(3, "gpu_hardware")
     events = [e for _, e in story.events]
     runs = [Run(evict=False), Run(evict=True)]
     for run in runs:
