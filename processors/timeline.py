@@ -116,8 +116,8 @@ class Membership:
 _NODE_SCOPES = {Scope.node, Scope.gpu, Scope.nic, Scope.rank}
 _STORAGE_SCOPES = {Scope.filesystem, Scope.target, Scope.path}
 # most specific first: one row per (attempt, event), with the closest link
-_RANK = {"node": 0, "gpu": 0, "nic": 0, "rank": 0, "change": 0, "switch": 1, "target": 2,
-         "filesystem": 2, "queue": 3}
+_RANK = {"node": 0, "gpu": 0, "nic": 0, "rank": 0, "change": 0, "client": 0, "switch": 1,
+         "target": 2, "filesystem": 2, "queue": 3}
 
 
 def event_filesystem(event: Event, topology: Topology | None) -> str:
@@ -132,7 +132,10 @@ def event_filesystem(event: Event, topology: Topology | None) -> str:
                 found = topology.filesystem_of_target(candidate)
                 if found:
                     return found
-    return ""
+    # a Lustre client's line names the filesystem by its fsname (`scratch-OST0005`): the
+    # filesystem when the topology does not map the target
+    fsname = event.attributes.get("fsname")
+    return fsname if isinstance(fsname, str) and event.scope in _STORAGE_SCOPES else ""
 
 
 def event_switch(event: Event) -> tuple[str, str]:
@@ -162,6 +165,12 @@ def _hops(event: Event, topology: Topology | None) -> list[tuple[str, str, str, 
         entity = event.entity or node
         path = f"{entity} → {node}" if entity != node else node
         return [(node, "change" if change else relation, entity, path)]
+    if node and event.scope in _STORAGE_SCOPES and not change:
+        # a storage client's own report (a Lustre client's `rc = -28` against an OST, NFS
+        # "not responding"): the node wrote to it, so the node's attempts are reached
+        # whether or not the topology maps the target or they declared their mounts
+        entity = event.entity or node
+        return [(node, "client", entity, f"{entity} → {node}")]
     switch, port = event_switch(event)
     if not switch or topology is None:
         return []

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from processors.incidents.book import node_of
+from processors.timeline import event_filesystem
 from schemas import incident_events as ev
 from schemas.events import Event
 
@@ -35,10 +36,11 @@ def _fields(ctx: Context, inc_id: str, cause: Event | None) -> dict[str, Any]:
     if gpu in (None, "") and (match := _GPU.search(cause.entity or "" if cause else entity)):
         gpu = match.group(1)
     fields: dict[str, Any] = {k: v for k, v in attrs.items() if isinstance(v, str | int | float)}
+    filesystem = event_filesystem(cause, ctx.topology()) if cause else ""
     fields.update(entity=entity, node=(cause.node if cause else "") or node_of(entity),
                   gpu=gpu if gpu not in (None, "") else "?",
                   job=next(iter(sorted(inc.jobs)), "the job"),
-                  filesystem=attrs.get("filesystem") or entity, owner=inc.owner)
+                  filesystem=filesystem or entity, owner=inc.owner)
     return fields
 
 

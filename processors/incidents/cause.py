@@ -29,7 +29,8 @@ CONFIDENCE = weighing.CONFIDENCE
 _RELATION_PHRASE = {"node": "is that node", "gpu": "holds that GPU",
                     "nic": "is cabled to it", "switch": "sits under that switch",
                     "target": "mounts the filesystem it serves", "filesystem": "mounts it",
-                    "rank": "runs that rank", "change": "is under that change"}
+                    "rank": "runs that rank", "change": "is under that change",
+                    "client": "is the storage client that reported it"}
 
 
 def find(ctx: Context, key: AttemptKey, time: datetime, since: datetime | None = None,

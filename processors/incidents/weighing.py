@@ -34,7 +34,8 @@ from processors.incidents.rules import SymptomRule
 if TYPE_CHECKING:
     from processors.incidents.context import Context
 
-CONFIDENCE = {"self": 0.9, "node": 0.9, "gpu": 0.9, "nic": 0.85, "rank": 0.85, "switch": 0.6,
+CONFIDENCE = {"self": 0.9, "node": 0.9, "gpu": 0.9, "nic": 0.85, "rank": 0.85, "client": 0.85,
+              "switch": 0.6,
               "target": 0.6, "filesystem": 0.6, "path": 0.6, "queue": 0.5, "change": 0.4}
 MAX_BREADTH = 2
 OWN_RANK = 70

@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from processors.pipeline import Pipeline
+from processors.timeline import event_filesystem
 from schemas.events import Event, Scope, Source
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
@@ -43,6 +44,26 @@ def test_filesystem_event_reaches_every_job_mounting_it() -> None:
     out = p.process([infra("s1", "storage.latency", 10, Source.storage, Scope.target,
                            "lustre-OST7", filesystem="lustre", latency_ms=900.0)])
     assert [(r.job_id, r.relation) for r in out.timeline] == [("a", "target")]
+
+
+def test_a_storage_clients_error_reaches_the_attempts_on_its_node() -> None:
+    """A Lustre client's `rc = -28` against an OST, logged by a node that runs a job which
+    declared no mounts (Slurm never says them) and with no topology mapping the target,
+    reaches that job through its node (`client`), and names the filesystem by its fsname;
+    a job mounting the filesystem elsewhere is still reached through the mount."""
+    p = Pipeline()
+    start_two_jobs(p)
+    p.process([job_event("job.started", 0, "c", nodes=["n4"])])
+    event = infra("l1", "storage.io_error", 10, Source.storage, Scope.target, "scratch-OST0005",
+                  "n4", target="OST0005", fsname="scratch", error="ENOSPC (rc=-28)")
+    out = p.process([event])
+    assert [(r.job_id, r.relation, r.entity, r.link_path) for r in out.timeline] == [
+        ("c", "client", "scratch-OST0005", "scratch-OST0005 → n4")]
+    assert event_filesystem(event, None) == "scratch"
+    on_a = infra("l2", "storage.io_error", 11, Source.storage, Scope.target, "scratch-OST0005",
+                 "n4", target="OST0005", fsname="lustre", error="ENOSPC (rc=-28)")
+    assert {(r.job_id, r.relation) for r in p.process([on_a]).timeline} == {
+        ("a", "target"), ("c", "client")}
 
 
 def test_event_outside_membership_window_is_not_attributed() -> None:
