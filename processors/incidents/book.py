@@ -168,6 +168,9 @@ class Book:
     opened_observed: dict[str, datetime] = field(default_factory=dict)
     planned: dict[str, tuple[datetime, str, str]] = field(default_factory=dict)
     """node -> (planned window ends, the change or ticket cited, its event id)"""
+    powered: dict[str, tuple[datetime, datetime, str]] = field(default_factory=dict)
+    """node -> (it lost power, its power window ends, the power event's id): what follows on
+    the node is the power loss's consequence (`power`)"""
     ready: dict[str, deque[datetime]] = field(default_factory=dict)
     """node -> its recent `node.ready` times (a fault declared over before an attempt started
     on the node cannot explain that attempt's failure)"""

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from processors.incidents import actions, correlate, impact, opening, routing, weighing
+from processors.incidents import actions, correlate, impact, opening, reasons, routing, weighing
 from processors.incidents.book import AttemptKey, Progress, Signal, akey
 from processors.incidents.rules import SymptomRule
 from processors.incidents.signals import join
@@ -161,7 +161,8 @@ def explain(ctx: Context, inc_id: str, signal: Signal, key: AttemptKey, time: da
     seen_on = f" (seen on {symptom.node})" if symptom and symptom.node else ""
     link = _RELATION_PHRASE.get(relation, f"is linked to it ({relation})")
     entity = cause.entity or cause.node or signal.key
-    explanation = (f"{entity} reported {cause.type} ({signal.rule.why or signal.rule.klass})"
+    explanation = (f"{entity} reported {cause.type} ({signal.rule.why or signal.rule.klass}"
+                   f"{reasons.said(cause)})"
                    f" {when} the {what} of {akey(key)}{seen_on}; "
                    + (f"{linked}, one of the attempt's own, {link}" if linked and
                       relation != "self" else "it is the attempt's own signal")

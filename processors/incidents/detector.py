@@ -28,7 +28,16 @@ from datetime import datetime
 from typing import Any
 
 from processors.attempts import LIFECYCLE_TYPES, JobRecord, evolve
-from processors.incidents import cause, grouping, opening, planned, recovery, slowdown
+from processors.incidents import (
+    cause,
+    grouping,
+    opening,
+    planned,
+    power,
+    reasons,
+    recovery,
+    slowdown,
+)
 from processors.incidents.archive import Incidents
 from processors.incidents.book import AttemptKey, Book, NotInLog, node_of
 from processors.incidents.context import Context
@@ -114,6 +123,7 @@ class Detector:
     def _observe(self, event: Event, rows: Sequence[TimelineRow]) -> None:
         ctx = self.context
         self._advance(ctx, event.time)
+        event = reasons.named_xid(event, ctx.topology().gpu_of)
         book = self.book
         if event.type in LIFECYCLE_TYPES and event.job_id:
             job, _ = evolve(book.jobs.get((event.project, event.job_id)), event)
@@ -123,8 +133,8 @@ class Detector:
             recovery.track(ctx, event)
         if event.type == "node.ready" and (node := event.node or node_of(event.entity or "")):
             book.ready.setdefault(node, deque(maxlen=READY_KEPT)).append(event.time)
-        signal = planned.observe(ctx, event, self.rules.signal_rule(
-            event.type, event.attributes, event.message))
+        signal = power.observe(ctx, event, planned.observe(ctx, event, self.rules.signal_rule(
+            event.type, event.attributes, event.message)))
         if signal is not None and event.project and not event.job_id and not rows:
             signal = None  # a project's report of a place none of its jobs is on (the rows
             # are its own project's only: `timeline.rows_for`): no incident of its own
@@ -192,4 +202,5 @@ class Detector:
                 recovery.deadline(ctx, when, ref, key)
         grouping.forget(ctx)
         planned.forget(ctx)
+        power.forget(ctx)
 

@@ -13,7 +13,16 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from processors.incidents import actions, cause, correlate, impact, opening, weighing
+from processors.incidents import (
+    actions,
+    cause,
+    correlate,
+    impact,
+    opening,
+    power,
+    reasons,
+    weighing,
+)
 from processors.incidents.book import AttemptKey, Signal, akey, millis, node_of
 from processors.incidents.rules import SignalRule
 from processors.incidents.signals import join
@@ -46,6 +55,9 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
                if r.relation != "self"}
     if event.job_id:
         reached[ctx.book.attempt_key(event)] = ("self", event.job_id)
+    if rule.name == power.RULE:
+        power.consequence(ctx, event, rule, Signal(event, rule, "", reached))
+        return
     key = group_key(ctx, event, rule.klass)
     signal = Signal(event, rule, key, reached)
     book.signals.append(signal)
@@ -96,7 +108,8 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
         book.emit(inc_id, ev.CauseUpdated(
             klass=rule.klass, entity=named, event_id=first.id, confidence=0.7,
             explanation=f"{named} reported {first.type} "
-                        f"({rule.why or rule.klass}): {count}, rule {rule.name}. "
+                        f"({rule.why or rule.klass}{reasons.said(first)}): {count}, rule "
+                        f"{rule.name}. "
                         "No job symptom linked yet.", source="signal"),
                   event.time, rule.name, f"cause:{first.id}")
 

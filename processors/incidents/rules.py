@@ -235,6 +235,9 @@ class Rules(_Strict):
     """Per incident: past it a sustained condition (a GPU ticking correctable errors for
     days) is counted in one `signal_added` per quarter group window, not logged and attached
     signal by signal, so an incident's log and a worker's memory stay bounded."""
+    power_window_s: float = Field(default=3600, gt=0)
+    """How long after a node lost power (`node.power` off) its ports going down and the
+    scheduler's not-responding, drain or reboot are that power loss's consequences."""
     planned_window_s: float = Field(default=4 * 3600, gt=0)
     """How long after a change (`change.*`) or a maintenance drain its node's drains and
     reboots (not-ready) are planned work rather than faults."""
