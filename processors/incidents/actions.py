@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from processors.incidents.book import node_of
-from processors.timeline import event_filesystem
+from processors.timeline import change_nodes, event_filesystem
 from schemas import incident_events as ev
 from schemas.events import Event
 
@@ -37,6 +37,9 @@ def _fields(ctx: Context, inc_id: str, cause: Event | None) -> dict[str, Any]:
         gpu = match.group(1)
     fields: dict[str, Any] = {k: v for k, v in attrs.items() if isinstance(v, str | int | float)}
     filesystem = event_filesystem(cause, ctx.topology()) if cause else ""
+    nodes = change_nodes(cause) if cause else []
+    fields["nodes"] = ", ".join(nodes[:8]) + (f" and {len(nodes) - 8} more" if len(nodes) > 8
+                                              else "") if nodes else node_of(entity)
     fields.update(entity=entity, node=(cause.node if cause else "") or node_of(entity),
                   gpu=gpu if gpu not in (None, "") else "?",
                   job=next(iter(sorted(inc.jobs)), "the job"),

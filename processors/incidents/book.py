@@ -154,6 +154,9 @@ class Book:
     resolved_at: dict[str, datetime] = field(default_factory=dict)  # grouping key -> when
     by_attempt: dict[AttemptKey, str] = field(default_factory=dict)
     signals: deque[Signal] = field(default_factory=deque)
+    changes: deque[Signal] = field(default_factory=deque)
+    """Changes applied to nodes, standing for the attempts that start after them
+    (`changes`), kept for `change_window_s`."""
     counts: dict[tuple[str, str], deque[int]] = field(default_factory=dict)
     """(rule, key) -> the times of its signals inside the rule's window, in milliseconds
     (`millis`: an int pickles in a fraction of a datetime's time; the book is pickled

@@ -15,7 +15,18 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from processors.incidents import actions, correlate, impact, opening, reasons, routing, weighing
+from processors.attempts import Attempt
+from processors.incidents import (
+    actions,
+    changes,
+    correlate,
+    impact,
+    opening,
+    reasons,
+    routing,
+    severity,
+    weighing,
+)
 from processors.incidents.book import AttemptKey, Progress, Signal, akey
 from processors.incidents.rules import SymptomRule
 from processors.incidents.signals import join
@@ -65,23 +76,29 @@ def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: Attemp
         reclassify(ctx, current, rule, time, key)
         return current
     ranked = weighing.candidates(ctx, key, time, since, node, rule)
-    chosen = ranked[0] if ranked and not weighing.own_wins(ranked[0], rule) else None
+    chosen = ranked[0] if ranked and not weighing.own_wins(
+        ranked[0], rule, rules.change_explains) else None
     if chosen is not None:
         signal, relation, path = chosen.signal, chosen.relation, chosen.path
         inc_id = book.open.get(signal.key)
         if inc_id is None:
             inc_id = opening.open_incident(ctx, signal.key, signal.rule.klass,
-                                           signal.event.entity or signal.key, signal.event.id,
+                                           entity_of(signal), signal.event.id,
                                            signal.event.time, signal.rule.name, time,
                                            event.observed_at if event else None)
             for s in book.signals:
                 if s.key == signal.key and signal.event.time <= s.event.time <= time:
                     join(ctx, inc_id, s)
         ctx.book.evidence(inc_id, signal.event, "cause", signal.rule.why, signal.rule.name)
+        what = f"first {event.type}" if event else rule.why
         if book.incidents[inc_id].cause_source in ("", "signal"):
-            what = f"first {event.type}" if event else rule.why
             explain(ctx, inc_id, signal, key, time, what, relation, path, symptom=event,
                     lost=weighing.losers(ranked, chosen))
+        elif signal.rule.klass == changes.KLASS:
+            _also(ctx, inc_id, signal, key, time, what)
+    elif (prior := regressed(ctx, key, rule)) is not None:
+        inc_id = prior
+        again(ctx, inc_id, rule, key, time)
     else:
         inc_id = opening.open_incident(ctx, f"job:{akey(key)}", rule.klass, akey(key),
                                        discriminator, time, rule.name, time,
@@ -131,6 +148,79 @@ def reclassify(ctx: Context, inc_id: str, rule: SymptomRule, time: datetime,
     own(ctx, inc_id, rule, key, time)
 
 
+def entity_of(signal: Signal) -> str:
+    """What an incident opened on `signal` is about: a change's name, else the entity."""
+    return changes.name(signal) or signal.event.entity or signal.key
+
+
+def _also(ctx: Context, inc_id: str, signal: Signal, key: AttemptKey, time: datetime,
+          what: str) -> None:
+    """Another attempt that started under the change failed: the change is cited for it."""
+    inc = ctx.book.incidents[inc_id]
+    attempt = ctx.book.attempt(key)
+    started = attempt.started_at if attempt is not None else None
+    after = f" {(started - signal.event.time).total_seconds() / 60:.0f} min after the " \
+            "change" if started is not None else " after the change"
+    ctx.book.emit(inc_id, ev.CauseUpdated(
+        klass=inc.cause_class or inc.klass, entity=inc.cause_entity or inc.entity,
+        event_id=inc.cause_event, confidence=inc.confidence, source=inc.cause_source,
+        relation="change", explanation=f"{inc.explanation} It also explains the {what} of "
+        f"{akey(key)} at {time.isoformat()} (it started{after}, under {changes.name(signal)})."),
+        time, signal.rule.name, f"explains:{akey(key)}")
+
+
+_VERSIONS = (("image", "image"), ("code_version", "code version"), ("config_hash", "config"))
+
+
+def _versions(attempt: Attempt) -> tuple[str, ...]:
+    return tuple(getattr(attempt, name) or "" for name, _ in _VERSIONS)
+
+
+def regressed(ctx: Context, key: AttemptKey, rule: SymptomRule) -> str | None:
+    """The job's own incident of an earlier attempt that ran what this attempt runs, the
+    first with a change (an image, code or config other than the attempt before it's), and
+    failed the same way (the class of `rule`): a regression that fails attempt after
+    attempt is one incident."""
+    book = ctx.book
+    job = book.jobs.get((key[0], key[1]))
+    attempt = job.attempts.get(key[2]) if job is not None else None
+    if job is None or attempt is None or not any(mine := _versions(attempt)):
+        return None
+    same = []
+    n = key[2] - 1
+    while n >= 1 and (other := job.attempts.get(n)) is not None and _versions(other) == mine:
+        same.append(n)
+        n -= 1
+    if not same or n < 1 or job.attempts.get(n) is None:
+        return None  # no earlier attempt with these versions, or no change before them
+    for number in sorted(same):
+        inc_id = book.by_attempt.get((key[0], key[1], number))
+        inc = book.incidents[inc_id] if inc_id is not None else None
+        if inc is not None and inc.active and inc.job_scoped and inc.cause_source == "job" \
+                and inc.cause_class == rule.klass:
+            return inc.id
+    return None
+
+
+def again(ctx: Context, inc_id: str, rule: SymptomRule, key: AttemptKey,
+          time: datetime) -> None:
+    """The regression failed another attempt the same way: cited on that attempt too."""
+    inc = ctx.book.incidents[inc_id]
+    attempt = ctx.book.attempt(key)
+    runs = "; ".join(f"{label} {value}" for (_, label), value in zip(
+        _VERSIONS, _versions(attempt), strict=True) if value) if attempt else ""
+    since = attempt.started_at if attempt is not None and attempt.started_at else time
+    minutes = max(0.0, (time - since).total_seconds() / 60)
+    ctx.book.emit(inc_id, ev.CauseUpdated(
+        klass=inc.cause_class or inc.klass, entity=inc.cause_entity or inc.entity,
+        confidence=inc.confidence, rank=inc.cause_rank, source="job",
+        explanation=f"{inc.explanation} It failed again {minutes:.0f} min into attempt "
+        f"{key[2]}, which runs the same {runs} ({rule.why or rule.klass}, rule {rule.name})."),
+        time, rule.name, f"again:{akey(key)}")
+    severity.flag(ctx, inc_id, "repeat", time, rule.name,
+                  f"{akey(key)} failed the same way after the same change")
+
+
 def changed(ctx: Context, key: AttemptKey, time: datetime) -> str:
     """' It started N min after a change: ...' when the attempt runs another image, code or
     config than the attempt before it (an ImportError right after an image change)."""
@@ -160,7 +250,18 @@ def explain(ctx: Context, inc_id: str, signal: Signal, key: AttemptKey, time: da
     linked = path.split(" → ")[-1] if path else ""
     seen_on = f" (seen on {symptom.node})" if symptom and symptom.node else ""
     link = _RELATION_PHRASE.get(relation, f"is linked to it ({relation})")
-    entity = cause.entity or cause.node or signal.key
+    entity = changes.name(signal) or cause.entity or cause.node or signal.key
+    if signal.rule.klass == changes.KLASS:
+        attempt = ctx.book.attempt(key)
+        text = changes.explanation(signal, akey(key), attempt.started_at if attempt else None,
+                                   time, what, path) + lost
+        ctx.book.emit(inc_id, ev.CauseUpdated(
+            klass=signal.rule.klass, entity=entity, event_id=cause.id,
+            confidence=round(CONFIDENCE["change"], 2), explanation=text, relation=relation,
+            source="infrastructure"), time, signal.rule.name, f"cause:{cause.id}:{akey(key)}")
+        routing.route(ctx, inc_id, time, signal.rule.name, team=changes.owner(cause))
+        actions.propose(ctx, inc_id, time, cause, signal.rule.name)
+        return
     explanation = (f"{entity} reported {cause.type} ({signal.rule.why or signal.rule.klass}"
                    f"{reasons.said(cause)})"
                    f" {when} the {what} of {akey(key)}{seen_on}; "
@@ -208,7 +309,7 @@ def late(ctx: Context, signal: Signal) -> None:
         to_id = book.open.get(signal.key)
         if to_id is None:
             to_id = opening.open_incident(ctx, signal.key, signal.rule.klass,
-                                          signal.event.entity or signal.key, signal.event.id,
+                                          entity_of(signal), signal.event.id,
                                           signal.event.time, signal.rule.name, first)
             for s in book.signals:
                 if s.key == signal.key and signal.event.time <= s.event.time <= first:

@@ -30,6 +30,7 @@ from typing import Any
 from processors.attempts import LIFECYCLE_TYPES, JobRecord, evolve
 from processors.incidents import (
     cause,
+    changes,
     grouping,
     opening,
     planned,
@@ -203,4 +204,5 @@ class Detector:
         grouping.forget(ctx)
         planned.forget(ctx)
         power.forget(ctx)
+        changes.forget(ctx)
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from processors.incidents import (
     actions,
     cause,
+    changes,
     correlate,
     impact,
     opening,
@@ -61,6 +62,7 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
     key = group_key(ctx, event, rule.klass)
     signal = Signal(event, rule, key, reached)
     book.signals.append(signal)
+    changes.remember(ctx, event, reached)
     window = book.counts.setdefault((rule.name, key), deque())
     horizon = event.time - timedelta(seconds=rule.threshold.window_s)
     window.append(millis(event.time))
@@ -119,6 +121,9 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
         self_impact(ctx, inc_id, event, rule)
 
     cause.late(ctx, signal)
+    standing = next((s for s in reversed(book.changes) if s.event.id == event.id), None)
+    if standing is not None:
+        cause.late(ctx, standing)
 
 
 def consequence_of(ctx: Context, event: Event, rule: SignalRule, signal: Signal) -> str | None:
@@ -194,10 +199,13 @@ def reach(ctx: Context, rows: Sequence[TimelineRow]) -> None:
     fault domains the remembered signals reached."""
     if not any(row.relation != "self" for row in rows):
         return
-    by_id = {s.event.id: s for s in ctx.book.signals}
+    by_id: dict[str, list[Signal]] = {}
+    for s in (*ctx.book.signals, *ctx.book.changes):
+        by_id.setdefault(s.event.id, []).append(s)
     for row in rows:
-        signal = by_id.get(row.event.id)
-        if signal is not None and row.relation != "self":
+        if row.relation == "self":
+            continue
+        for signal in by_id.get(row.event.id, ()):
             signal.reach((row.project, row.job_id, row.attempt), (row.relation, row.link_path))
 
 

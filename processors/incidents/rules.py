@@ -235,6 +235,15 @@ class Rules(_Strict):
     """Per incident: past it a sustained condition (a GPU ticking correctable errors for
     days) is counted in one `signal_added` per quarter group window, not logged and attached
     signal by signal, so an incident's log and a worker's memory stay bounded."""
+    change_window_s: float = Field(default=86400, gt=0)
+    """How long a change (`change.applied`) applied to nodes stays a candidate cause of the
+    failures of attempts that start on them after it."""
+    change_weight: int = Field(default=2, ge=0, le=5)
+    """A change's specificity as a cause (a fault signal naming the fault is 3)."""
+    change_explains: list[str] = Field(default_factory=lambda: [
+        "nccl_hang", "hang", "job_failure", "code_error", "fail_slow"])
+    """Classes of symptoms a change can cause: a symptom that names another class itself (an
+    OOM, an ECC error) is never put down to a change."""
     power_window_s: float = Field(default=3600, gt=0)
     """How long after a node lost power (`node.power` off) its ports going down and the
     scheduler's not-responding, drain or reboot are that power loss's consequences."""
@@ -270,6 +279,7 @@ class Rules(_Strict):
                   ("progress.fail_slow.straggler_class", self.progress.fail_slow.straggler_class)]
         named += [(f"routing.rules.{i}.classes", c) for i, r in enumerate(self.routing.rules)
                   for c in r.classes]
+        named += [(f"change_explains.{i}", c) for i, c in enumerate(self.change_explains)]
         for where, klass in named:
             if klass not in self.classes:
                 raise ValueError(f"{where}: class {klass!r} is not in the classes table "

@@ -24,10 +24,12 @@ explanation lists every candidate considered and why each lost.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from processors.incidents import changes
 from processors.incidents.book import AttemptKey, Signal, node_of
 from processors.incidents.rules import SymptomRule
 
@@ -54,7 +56,7 @@ class Candidate:
     @property
     def entity(self) -> str:
         event = self.signal.event
-        return event.entity or event.node or self.signal.key
+        return changes.name(self.signal) or event.entity or event.node or self.signal.key
 
     def order(self) -> tuple[int, float, datetime, str]:
         return (-self.score, -CONFIDENCE.get(self.relation, 0.5), self.signal.event.time,
@@ -70,15 +72,19 @@ def candidates(ctx: Context, key: AttemptKey, time: datetime, since: datetime | 
     """The candidate causes of a symptom of `key` at `time`, best first."""
     lo = since or time - timedelta(seconds=ctx.rules.cause_window_s)
     hi = time + timedelta(seconds=ctx.rules.cause_slack_s)
-    window = [s for s in ctx.book.signals if lo <= s.event.time <= hi]
     attempt = ctx.book.attempt(key)
     started = attempt.started_at if attempt is not None else None
+    window = [s for s in ctx.book.signals if lo <= s.event.time <= hi
+              and changes.applies(s, started)]
+    if not node:
+        window += changes.reaching(ctx, key, time, started)
     first: dict[str, Signal] = {}
     for signal in window:
         if key not in signal.reached or (node and (signal.event.node or "") != node):
             continue
         on = signal.event.node or node_of(signal.event.entity or "")
-        if started is not None and on and ctx.book.cleared(on, signal.event.time, started):
+        if started is not None and on and signal.rule.klass != changes.KLASS \
+                and ctx.book.cleared(on, signal.event.time, started):
             continue  # the node was back (ready) before the attempt started on it
         held = first.get(signal.key)
         if held is None or signal.rule.weight > held.rule.weight or (
@@ -131,8 +137,12 @@ def _switch_end(ctx: Context, signal: Signal) -> set[str]:
     return {name for s, p in ends for name in (f"{s}/{p}", f"{s}/p{p.removeprefix('p')}")}
 
 
-def own_wins(best: Candidate, rule: SymptomRule) -> bool:
-    """The job's own message beats a weak candidate of another class."""
+def own_wins(best: Candidate, rule: SymptomRule, explains: Sequence[str] = ()) -> bool:
+    """The job's own message beats a weak candidate of another class; a change before the
+    attempt never explains a symptom that names a class a change does not cause (`explains`:
+    the rules' `change_explains`), an OOM or an ECC error."""
+    if best.signal.rule.klass == changes.KLASS:
+        return rule.rank >= OWN_RANK and rule.klass not in explains
     return rule.rank >= OWN_RANK and best.score <= 1 and rule.klass != best.signal.rule.klass
 
 

@@ -66,6 +66,41 @@ def test_a_storage_clients_error_reaches_the_attempts_on_its_node() -> None:
         ("a", "target"), ("c", "client")}
 
 
+def _rollout(minute: float) -> Event:
+    return Event(id="chg", type="change.applied", source=Source.change,
+                 time=T0 + timedelta(minutes=minute), cluster="c", entity="CHG-1",
+                 attributes={"kind": "nccl", "before": "2.18.3", "after": "2.19.3",
+                             "ticket": "CHG-1", "nodes": ["n1", "n2", "n3"]})
+
+
+def test_a_change_applied_before_an_attempt_started_is_on_its_timeline() -> None:
+    """A rollout to n1..n3 at 08:00; job a starts on n1, n2 at 09:00 and job b on n3 a day
+    later (far past the 10-minute lateness horizon): both timelines show the change once,
+    relation `change`, by the first node they share with it; a job elsewhere does not."""
+    p = Pipeline()
+    assert p.process([_rollout(0)]).timeline == []
+    a = p.process([job_event("job.started", 60, "a", nodes=["n1", "n2"])])
+    b = p.process([job_event("job.started", 60 * 24, "b", nodes=["n3"])])
+    c = p.process([job_event("job.started", 60 * 24, "c", nodes=["n9"])])
+    assert [(r.job_id, r.relation, r.entity, r.link_path) for r in a.timeline
+            if r.relation != "self"] == [("a", "change", "CHG-1", "CHG-1 → n1")]
+    assert [(r.job_id, r.relation, r.link_path) for r in b.timeline
+            if r.relation != "self"] == [("b", "change", "CHG-1 → n3")]
+    assert [r.relation for r in c.timeline] == ["self"]
+    again = p.process([job_event("job.completed", 60 * 25, "b")])  # re-placed: no second row
+    assert [r.relation for r in again.timeline] == ["self"]
+
+
+def test_a_change_that_arrives_after_the_attempt_started_reaches_it_too() -> None:
+    """The change record imported after the scheduler's: the attempt that started after the
+    change's time is under it all the same."""
+    p = Pipeline(lateness=timedelta(hours=6))
+    p.process([job_event("job.started", 60, "a", nodes=["n2"])])
+    out = p.process([_rollout(0)])
+    assert [(r.job_id, r.relation, r.link_path) for r in out.timeline] == [
+        ("a", "change", "CHG-1 → n2")]
+
+
 def test_event_outside_membership_window_is_not_attributed() -> None:
     p = Pipeline()
     start_two_jobs(p)
