@@ -7,12 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dashboards import fleet, incident, job
+from dashboards import entity, fleet, incident, job, oncall
 from dashboards.common import build as to_dict
 
 OUT = Path(__file__).with_name("json")
 BUILDERS: dict[str, Callable[[], Any]] = {"job": job.build, "incident": incident.build,
-                                          "fleet": fleet.build}
+                                          "fleet": fleet.build, "entity": entity.build,
+                                          "oncall": oncall.build}
 
 
 def built() -> dict[str, dict[str, Any]]:

@@ -3,11 +3,16 @@ check` and the tests:
 
 1. the built JSON equals the committed JSON;
 2. the foundation SDK decodes and re-encodes each dashboard with no key lost or added;
-3. lint: every target is a pinned ClickHouse SQL target whose format fits its panel type,
-   every `$__macro` is one the plugin knows, every `$variable` is defined, panel ids unique;
-4. `expand` turns a target into the SQL the plugin would run (macros as the plugin's backend
-   expands them, variables as Grafana's frontend interpolates them), so the tests can run
-   every panel against the real schema in chDB.
+3. lint, what can be seen without running a query: every target is a pinned ClickHouse SQL
+   target whose format fits its panel type; every `$__macro` is one the plugin knows; every
+   `$variable` (targets, variable queries, annotations, data links, dashboard links) is
+   defined and uses a format Grafana and `dashboards.interpolate` agree on; panel ids are
+   unique; panels lie within the 24-column grid and do not overlap; a link into another
+   dashboard (`/d/<uid>?var-x=...`) names a dashboard that exists and only variables it
+   defines; no column alias hides a column the same query's filter binds to a variable
+   (ClickHouse resolves `WHERE toString(attempt) = ...` to an `... AS attempt` alias);
+4. `expand` (`dashboards.interpolate`) turns a target into the SQL the plugin would run, so
+   the tests run every query against the real schema in chDB.
 """
 
 from __future__ import annotations
@@ -15,11 +20,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from datetime import date, datetime
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from dashboards.clickhouse import LOGS, PLUGIN, TABLE, TIME_SERIES, TRACES, UID
+from dashboards.interpolate import FORMATS, MACROS, VARIABLE, expand
 
+__all__ = ["ANNOTATION_COLUMNS", "COLUMNS", "expand", "lint", "roundtrip", "targets"]
+
+GRID = 24
 # which query formats each panel type can draw
 FITS: dict[str, set[int]] = {
     "logs": {LOGS}, "traces": {TRACES}, "timeseries": {TIME_SERIES},
@@ -33,14 +42,13 @@ COLUMNS: dict[int, set[str]] = {
              "startTime", "duration"},
 }
 ANNOTATION_COLUMNS = {"time", "text"}
-MACROS = {"timeFilter", "timeFilter_ms", "dateFilter", "fromTime", "toTime", "fromTime_ms",
-          "toTime_ms", "timeInterval", "timeInterval_ms", "interval_s", "timeFrom", "timeTo",
-          "timeGroup", "conditionalAll"}
-BUILTIN_VARIABLES = {"__data", "__value", "__url_time_range", "__field", "__series",
-                     "__from", "__to", "__interval", "__interval_ms", "__dashboard", "__user",
-                     "__org", "__timeFilter"}
-_VAR = re.compile(r"\$\{(\w+)(?::(\w+))?(?:\.[\w.]+)?\}|\$(\w+)")
+FRONTEND_MACROS = {"__from", "__to"}
+"""Scenes macros a SQL target may use (`dashboards.interpolate` expands them)."""
+LINK_VARIABLES = {"__data", "__value", "__url_time_range", "__field", "__series", "__from",
+                  "__to", "__dashboard", "__user", "__org"}
+"""What a data link may interpolate besides the dashboard's own variables."""
 _MACRO = re.compile(r"\$__(\w+)")
+_DASHBOARD_LINK = re.compile(r"^/d/([\w-]+)")
 
 
 def panels(board: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
@@ -63,14 +71,110 @@ def variables(board: Mapping[str, Any]) -> list[dict[str, Any]]:
     return list(board.get("templating", {}).get("list", []))
 
 
-def lint(board: Mapping[str, Any]) -> list[str]:
+def links(board: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """(where, url) of every link: the dashboard's and each panel's data links."""
+    for link in board.get("links", []):
+        yield f"dashboard link {link.get('title')!r}", str(link.get("url", ""))
+    for p in panels(board):
+        for link in p.get("fieldConfig", {}).get("defaults", {}).get("links", []):
+            yield f"panel {p.get('title')!r} link {link.get('title')!r}", \
+                str(link.get("url", ""))
+
+
+def _references(text: str) -> Iterator[tuple[str, str | None]]:
+    for m in VARIABLE.finditer(text):
+        yield m.group(1) or m.group(2) or m.group(4), m.group(3) or m.group(6)
+
+
+def layout(board: Mapping[str, Any]) -> list[str]:
+    """Each panel inside the 24 columns, with a size, overlapping no other."""
+    problems: list[str] = []
+    placed: list[tuple[str, tuple[int, int, int, int]]] = []
+    for p in board.get("panels", []):
+        g = p.get("gridPos") or {}
+        x, y, w, h = (int(g.get(k, -1)) for k in ("x", "y", "w", "h"))
+        name = repr(p.get("title"))
+        if min(x, y) < 0 or w <= 0 or h <= 0:
+            problems.append(f"panel {name}: gridPos {g} needs x, y >= 0 and w, h > 0")
+            continue
+        if x + w > GRID:
+            problems.append(f"panel {name}: x {x} + width {w} overflows the {GRID}-column grid")
+        for other, (ox, oy, ow, oh) in placed:
+            if x < ox + ow and ox < x + w and y < oy + oh and oy < y + h:
+                problems.append(f"panel {name} overlaps panel {other}")
+        placed.append((name, (x, y, w, h)))
+    return problems
+
+
+def _scopes(sql: str) -> list[int]:
+    """For each character, the position of the subquery parenthesis it is in (-1: the top
+    query). Only `(SELECT` opens a scope: a function's or a condition's parentheses do not."""
+    out, stack, quoted = [], [-1], False
+    for i, c in enumerate(sql):
+        if c == "'":
+            quoted = not quoted
+        elif not quoted and c == "(":
+            out.append(stack[-1])
+            opens = re.match(r"\(\s*SELECT\b", sql[i:i + 40], re.I) is not None
+            stack.append(i if opens else stack[-1])
+            continue
+        elif not quoted and c == ")" and len(stack) > 1:
+            stack.pop()
+        out.append(stack[-1])
+    return out
+
+
+_BOUND = re.compile(r"(?:\w+\()?\b([A-Za-z_]\w*)\)?\s*(?:=|!=|IN)\s*\(?\s*\$")
+_ALIAS = re.compile(r"(\S+)\s+AS\s+([A-Za-z_]\w*)", re.I)
+
+
+def shadowing(sql: str) -> list[str]:
+    """Aliases that reuse the name of a column the same query compares with a variable."""
+    scope = _scopes(sql)
+    bound = {(m.group(1), scope[m.start(1)]) for m in _BOUND.finditer(sql)}
+    out = []
+    for m in _ALIAS.finditer(sql):
+        expression, name = m.group(1), m.group(2)
+        if expression == name or expression.endswith("." + name):
+            continue  # the column itself
+        if (name, scope[m.start(2)]) in bound:
+            out.append(f"alias {name!r} ({expression} AS {name}) hides the column the filter "
+                       f"binds: rename the alias")
+    return out
+
+
+def _link_targets(url: str, where: str, boards: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    m = _DASHBOARD_LINK.match(url)
+    if m is None:
+        return []
+    by_uid = {b.get("uid"): b for b in boards.values()}
+    target = by_uid.get(m.group(1))
+    if target is None:
+        return [f"{where}: no dashboard with uid {m.group(1)}"]
+    defined = {v["name"] for v in variables(target)}
+    return [f"{where}: var-{key[4:]} is not a variable of {m.group(1)}"
+            for key, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True)
+            if key.startswith("var-") and key[4:] not in defined]
+
+
+def lint(board: Mapping[str, Any],
+         boards: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """Everything wrong that shows without a query; links are checked against `boards`
+    (default: every built dashboard, with this one in its place)."""
+    if boards is None:
+        from dashboards.build import built
+
+        boards = {**built(), "_": board}
+        boards = {k: v for k, v in boards.items()
+                  if k == "_" or v.get("uid") != board.get("uid")}
     problems = []
     ids = [p.get("id") for p in panels(board)]
     if None in ids or len(ids) != len(set(ids)):
         problems.append(f"panel ids must be set and unique: {ids}")
+    problems += layout(board)
     defined = {v["name"] for v in variables(board)}
     queries: list[tuple[str, str]] = [(f"variable {v['name']}", str(v.get("query", "")))
-                                      for v in variables(board)]
+                                      for v in variables(board) if v.get("type") == "query"]
     for kind, title, t in targets(board):
         where = f"{kind} {title!r} {t.get('refId')}"
         ds = t.get("datasource") or {}
@@ -84,20 +188,22 @@ def lint(board: Mapping[str, Any]) -> list[str]:
         queries.append((where, str(t.get("rawSql", ""))))
     for where, text in queries:
         for macro in _MACRO.findall(text):
-            if macro not in MACROS and f"__{macro}" not in BUILTIN_VARIABLES:
+            if macro not in MACROS and f"__{macro}" not in FRONTEND_MACROS:
                 problems.append(f"{where}: unknown macro $__{macro}")
-        for braced, _, bare in _VAR.findall(text):
-            name = braced or bare
+        for name, fmt in _references(text):
             if name.startswith("__"):
                 continue
             if name not in defined:
                 problems.append(f"{where}: ${name} is not a dashboard variable")
-    for p in panels(board):
-        for link in p.get("fieldConfig", {}).get("defaults", {}).get("links", []):
-            for braced, _, bare in _VAR.findall(str(link.get("url", ""))):
-                name = braced or bare
-                if not name.startswith("__") and name not in defined:
-                    problems.append(f"panel {p.get('title')!r}: link uses undefined ${name}")
+            if fmt is not None and fmt.partition(":")[0] not in FORMATS:
+                problems.append(f"{where}: ${{{name}:{fmt}}}: format {fmt!r} is not one "
+                                f"the checks implement ({', '.join(sorted(FORMATS))})")
+        problems += [f"{where}: {p}" for p in shadowing(text)]
+    for where, url in links(board):
+        for name, _ in _references(url):
+            if name not in defined and name not in LINK_VARIABLES:
+                problems.append(f"{where}: uses undefined ${name}")
+        problems += _link_targets(url, where, boards)
     return problems
 
 
@@ -130,95 +236,3 @@ def roundtrip(board: Mapping[str, Any]) -> list[str]:
 
     walk(dict(board), back, "")
     return out
-
-
-def _sqlstring(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def _args(text: str, start: int) -> tuple[list[str], int]:
-    """Comma-separated macro arguments from the `(` at `start`; returns (args, end)."""
-    depth, i, current, args = 0, start, "", []
-    while i < len(text):
-        ch = text[i]
-        if ch == "(":
-            depth += 1
-            if depth > 1:
-                current += ch
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                args.append(current.strip())
-                return args, i + 1
-            current += ch
-        elif ch == "," and depth == 1:
-            args.append(current.strip())
-            current = ""
-        else:
-            current += ch
-        i += 1
-    raise ValueError(f"unclosed macro call at {start}")
-
-
-def expand(sql: str, values: Mapping[str, str | list[str]], start: datetime, end: datetime,
-           interval_s: int = 60) -> str:
-    """The SQL `grafana-clickhouse-datasource` v4.19+ runs for this target."""
-    def variable(match: re.Match[str]) -> str:
-        braced, fmt, bare = match.group(1), match.group(2), match.group(3)
-        name = braced or bare
-        if name.startswith("__") or name not in values:
-            return match.group(0)
-        value = values[name]
-        items = value if isinstance(value, list) else [value]
-        if fmt == "sqlstring":
-            return _sqlstring(",".join(items))
-        if fmt == "singlequote":
-            return ",".join(_sqlstring(v) for v in items)
-        return ",".join(items)
-
-    text = _VAR.sub(variable, sql)
-    f, t = int(start.timestamp()), int(end.timestamp())
-    fms, tms = int(start.timestamp() * 1000), int(end.timestamp() * 1000)
-    simple = {
-        "fromTime": f"toDateTime({f})", "toTime": f"toDateTime({t})",
-        "fromTime_ms": f"fromUnixTimestamp64Milli({fms})",
-        "toTime_ms": f"fromUnixTimestamp64Milli({tms})", "interval_s": str(max(1, interval_s)),
-    }
-    out, i = "", 0
-    while True:
-        m = _MACRO.search(text, i)
-        if m is None:
-            return out + text[i:]
-        name = m.group(1)
-        out += text[i:m.start()]
-        if name in simple and text[m.end():m.end() + 1] != "(":
-            out += simple[name]
-            i = m.end()
-            continue
-        if text[m.end():m.end() + 1] != "(":
-            raise ValueError(f"unknown or argument-less macro $__{name}")
-        args, i = _args(text, m.end())
-        c = args[0] if args else ""
-        if name == "timeFilter":
-            out += f"{c} >= toDateTime({f}) AND {c} <= toDateTime({t})"
-        elif name == "timeFilter_ms":
-            out += (f"{c} >= fromUnixTimestamp64Milli({fms}) AND "
-                    f"{c} <= fromUnixTimestamp64Milli({tms})")
-        elif name == "dateFilter":
-            d0, d1 = date.fromtimestamp(f), date.fromtimestamp(t)
-            out += f"{c} >= toDate('{d0}') AND {c} <= toDate('{d1}')"
-        elif name == "timeInterval":
-            out += f"toStartOfInterval(toDateTime({c}), INTERVAL {max(1, interval_s)} second)"
-        elif name == "timeInterval_ms":
-            out += (f"toStartOfInterval(toDateTime64({c}, 3), "
-                    f"INTERVAL {max(1, interval_s) * 1000} millisecond)")
-        elif name == "timeFrom":
-            out += f"{c} >= toDateTime({f})"
-        elif name == "timeTo":
-            out += f"{c} <= toDateTime({t})"
-        elif name == "conditionalAll":
-            value = values.get(args[1].lstrip("$").strip("{}"), "") if len(args) > 1 else ""
-            out += "1=1" if value in ("", "all", "$__all") else args[0]
-        else:
-            raise ValueError(f"macro $__{name} is not expanded here")
-

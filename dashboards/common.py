@@ -1,4 +1,4 @@
-"""What the three dashboards share: variables, links, the panel helper."""
+"""What the dashboards share: uids, variables, the job filter, links, the panel helper."""
 
 from __future__ import annotations
 
@@ -13,22 +13,37 @@ from dashboards.clickhouse import datasource, sql
 JOB_UID = "jobtrail-job"
 INCIDENT_UID = "jobtrail-incident"
 FLEET_UID = "jobtrail-fleet"
+ENTITY_UID = "jobtrail-entity"
+ONCALL_UID = "jobtrail-oncall"
 FOLDER_UID = "jobtrail"
 JOBTRAIL_URL = "jobtrail_url"
 """A constant variable: where Grafana's users reach jobtrail's HTTP API and pages (set by
 `jobtrail dashboards publish --jobtrail-url`)."""
 DEFAULT_JOBTRAIL_URL = "http://localhost:8080"
 
-# the job's own rows, bound to the selected project and job (every job-dashboard query has it)
+# the job's own rows, bound to the selected project and job and to the attempt unless All
+# is chosen (every job-dashboard query has it; `$__conditionalAll` is the plugin's)
 JOB_FILTER = ("project = ${project:sqlstring} AND job_id = ${job:sqlstring} "
-              "AND (${attempt:sqlstring} = 'all' OR toString(attempt) = ${attempt:sqlstring})")
+              "AND $__conditionalAll(toString(attempt) IN (${attempt:singlequote}), $attempt)")
+
+VIEW_END = "least(now64(3), $__toTime_ms)"
+"""Where "now" is on a board: the end of its time range, never later than now (an age on a
+past range is the age it had then)."""
+
+ALL_OPTION = model.VariableOption(selected=True, text="All", value="$__all")
 
 
-def variable(name: str, label: str, query: str, *, include_all: bool = False) -> Any:
+def variable(name: str, label: str, query: str, *, include_all: bool = False,
+             multi: bool = False) -> Any:
+    """A query variable; with All (no custom all value: All is every option, so each format
+    gives valid SQL) selected by default."""
     v = (dash.QueryVariable(name).label(label).query(query).datasource(datasource())
          .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED))
+    if multi:
+        v = v.multi(True)
     if include_all:
-        v = v.include_all(True).all_value("all")
+        v = v.include_all(True).current(ALL_OPTION if not multi else model.VariableOption(
+            selected=True, text=["All"], value=["$__all"]))
     return v
 
 
@@ -55,6 +70,28 @@ def project_variable() -> Any:
 def link(title: str, url: str) -> Any:
     return dash.DashboardLink(title).type(model.DashboardLinkType.LINK).url(url) \
         .keep_time(True)
+
+
+def to_job(project: str = "${__data.fields.project}", job: str = "${__data.fields.job_id}",
+           attempt: str = "") -> Any:
+    """A data link to the job dashboard (the row's project and job, optionally attempt)."""
+    url = f"/d/{JOB_UID}?var-project={project}&var-job={job}"
+    if attempt:
+        url += f"&var-attempt={attempt}"
+    return link("Job timeline", url + "&${__url_time_range}")
+
+
+def to_incident(field: str = "incident") -> Any:
+    return link("Open incident", f"/d/{INCIDENT_UID}?var-incident=${{__data.fields.{field}}}"
+                "&${__url_time_range}")
+
+
+def to_entity(field: str = "entity", project: str = "") -> Any:
+    """A data link to the entity dashboard for the row's `field` (and `project`; else All)."""
+    url = f"/d/{ENTITY_UID}?var-entity=${{__data.fields.{field}}}"
+    if project:
+        url += f"&var-project={project}"
+    return link("What happened on it", url + "&${__url_time_range}")
 
 
 def panel(builder: Any, title: str, query: str, fmt: int, *, w: int = 24, h: int = 8,

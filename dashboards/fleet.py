@@ -12,7 +12,8 @@ from grafana_foundation_sdk.builders import barchart, table, timeseries
 from grafana_foundation_sdk.builders import dashboard as dash
 
 from dashboards.clickhouse import TABLE, TIME_SERIES
-from dashboards.common import FLEET_UID, INCIDENT_UID, link, panel
+from dashboards.common import FLEET_UID, panel, to_incident
+from processors.incidents.response import SQL as RESPONSE
 
 # recovery drills (jobtrail drill run) are not failures of the fleet
 _OPENED = ("$__timeFilter_ms(opened_at) AND NOT has(flags, 'drill') "
@@ -38,25 +39,18 @@ GROUP BY cause, owner ORDER BY lost_gpu_hours DESC
 """
 
 TIMES = f"""
-SELECT phase, round(quantile(0.5)(seconds), 1) AS median_s, round(quantile(0.9)(seconds), 1)
-       AS p90_s, count() AS n
-FROM (
-  SELECT '1 detect' AS phase, dateDiff('millisecond', first_signal_at, opened_at) / 1000
-         AS seconds
-  FROM incidents FINAL WHERE {_OPENED}
-  UNION ALL
-  SELECT '2 acknowledge' AS phase, dateDiff('millisecond', opened_at, acknowledged_at) / 1000
-         AS seconds
-  FROM incidents FINAL WHERE {_OPENED} AND acknowledged_at IS NOT NULL
-  UNION ALL
-  SELECT '3 recover' AS phase, dateDiff('millisecond', failed_at, verified_at) / 1000
-         AS seconds
-  FROM incident_jobs FINAL
-  WHERE verified_at IS NOT NULL AND $__timeFilter_ms(failed_at)
-    AND incident_id NOT IN (SELECT incident_id FROM incidents FINAL WHERE has(flags, 'drill'))
-)
+SELECT pair.1 AS phase, round(quantileExactInclusive(0.5)(pair.2), 1) AS median_s,
+       round(quantileExactInclusive(0.9)(pair.2), 1) AS p90_s, count() AS n
+FROM (SELECT arrayJoin([('1 detect', detect_s), ('2 acknowledge', acknowledge_s),
+                        ('3 mitigate', mitigate_s), ('4 recover', recover_s),
+                        ('5 resolve', resolve_s)]) AS pair
+      FROM ({RESPONSE}) AS response
+      WHERE incident_id IN (SELECT incident_id FROM incidents FINAL WHERE {_OPENED}))
+WHERE pair.2 IS NOT NULL
 GROUP BY phase ORDER BY phase
 """
+"""Each phase's time from the first signal, by the definition the postmortem uses
+(`processors.incidents.response`), over the incidents opened in the range."""
 
 QUEUE = """
 SELECT reason, count() AS waits, round(avg(queue_wait_s), 1) AS avg_attempt_wait_s
@@ -98,22 +92,30 @@ GROUP BY change_time, target, kind, after ORDER BY change_time
 """
 
 WAITING = """
-SELECT queue, multiIf(
+SELECT named_queue AS queue, multiIf(
          lower(reason) IN ('resources', 'resource', 'unschedulable'), 'resources',
          position(lower(reason), 'priority') > 0, 'priority',
          match(lower(reason), 'qos|assoc|limit|fairshare|quota'), 'quota',
          match(lower(reason), 'reqnodenotavail|nodedown|drain'), 'nodes_down',
          match(lower(reason), 'image|pull|containercreating|staging|prolog'), 'pulls',
          'other') AS cause,
-       round(sum(gpus * dateDiff('millisecond', t, next_t) / 1000) / 3600, 2)
+       round(sum(gpus * dateDiff('millisecond', greatest(t, $__fromTime_ms),
+                                 least(next_t, $__toTime_ms)) / 1000) / 3600, 2)
          AS waiting_gpu_hours
-FROM job_attempts FINAL
-ARRAY JOIN pending_reasons AS reason, pending_times AS t,
-     arrayPushBack(arrayPopFront(pending_times),
-                   ifNull(started_at, ifNull(ended_at, now64(3)))) AS next_t
-WHERE $__timeFilter_ms(t)
-GROUP BY queue, cause ORDER BY waiting_gpu_hours DESC
+FROM (SELECT if(queue = '', 'default', queue) AS named_queue, gpus,
+             pending_reasons[i] AS reason, pending_times[i] AS t,
+             if(i < length(pending_times), pending_times[i + 1],
+                coalesce(started_at, ended_at, least(now64(3), $__toTime_ms))) AS next_t
+      FROM job_attempts FINAL
+      ARRAY JOIN arrayEnumerate(pending_times) AS i
+      WHERE i <= length(pending_reasons))
+WHERE next_t > $__fromTime_ms AND t < $__toTime_ms AND gpus > 0
+GROUP BY named_queue, cause ORDER BY waiting_gpu_hours DESC
 """
+"""Each pending reason from its time to the next reason or the attempt's start (its end, or
+the range's end if it still waits), clipped to the time range, as `jobtrail report
+capacity` cuts them. Indexed rather than ARRAY JOIN-ing arrays side by side: an attempt that
+never waited has no pending times, and arrays of unequal length fail the whole query."""
 
 GOODPUT = """
 SELECT a.project AS project, round(a.run, 1) AS run_gpu_hours,
@@ -172,8 +174,7 @@ def build() -> Any:
         .description("Failures across the fleet: what breaks, who owns it, what it costs.")
         .time("now-30d", "now").refresh("5m").readonly()
         .with_panel(panel(table.Panel(), "Open incidents", OPEN, TABLE, h=8)
-                    .data_links([link("Open incident", f"/d/{INCIDENT_UID}?var-incident="
-                                      "${__data.fields.incident}&${__url_time_range}")]))
+                    .data_links([to_incident()]))
         .with_panel(panel(timeseries.Panel(), "Incidents by class", BY_CLASS, TIME_SERIES,
                           w=12))
         .with_panel(panel(timeseries.Panel(), "Incidents by owner", BY_OWNER, TIME_SERIES,
@@ -181,7 +182,9 @@ def build() -> Any:
         .with_panel(panel(barchart.Panel(), "Lost GPU-hours by cause and owner", LOST, TABLE,
                           w=12))
         .with_panel(panel(table.Panel(), "Time to detect, acknowledge, recover", TIMES,
-                          TABLE, w=12))
+                          TABLE, w=12, description="Seconds from the first signal to each "
+                          "milestone, as the postmortem counts them (median, p90, "
+                          "incidents)."))
         .with_panel(panel(barchart.Panel(), "Queue wait by reason", QUEUE, TABLE, w=12))
         .with_panel(panel(table.Panel(), "Repeat offenders: nodes and links", OFFENDERS,
                           TABLE, w=12))
@@ -197,11 +200,10 @@ def build() -> Any:
         .with_panel(panel(table.Panel(), "Node MTBI: mean time between incidents", MTBI,
                           TABLE, w=12, description="The lemon signal: hours of the range "
                           "per incident on the node."))
-        .with_panel(panel(table.Panel(), "Open follow-ups by team", FOLLOWUPS, TABLE, w=10,
+        .with_panel(panel(table.Panel(), "Open follow-ups by team", FOLLOWUPS, TABLE, w=12,
                           description="Proposed or open actions; overdue: past their due "
                                       "date (`jobtrail followups --overdue`)."))
         .with_panel(panel(table.Panel(), "Postmortems not yet published (sev1-2)",
-                          POSTMORTEMS, TABLE, w=14)
-                    .data_links([link("Open incident", f"/d/{INCIDENT_UID}?var-incident="
-                                      "${__data.fields.incident}&${__url_time_range}")]))
+                          POSTMORTEMS, TABLE)
+                    .data_links([to_incident()]))
     )

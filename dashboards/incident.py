@@ -6,24 +6,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from grafana_foundation_sdk.builders import common, logs, stat, table
 from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.builders import logs, stat, table
 
 from dashboards.clickhouse import LOGS, TABLE
 from dashboards.common import (
     FLEET_UID,
     INCIDENT_UID,
-    JOB_UID,
     JOBTRAIL_URL,
     jobtrail_url_variable,
     link,
     panel,
+    to_entity,
+    to_job,
     variable,
 )
+from processors.incidents.response import SQL as RESPONSE_SQL
 
 _ONE = "incident_id = ${incident:sqlstring}"
-_JOB_LINK = ("/d/" + JOB_UID + "?var-project=${__data.fields.project}"
-             "&var-job=${__data.fields.job_id}&${__url_time_range}")
 
 SUMMARY = f"""
 SELECT status, severity, class, entity, owner, owner_why, round(confidence, 2) AS confidence,
@@ -59,6 +59,12 @@ SELECT time, role, type, source, entity, why, project, job_id, attempt, event_id
 FROM incident_evidence FINAL WHERE {_ONE} AND role != 'moved'
 ORDER BY time, event_id
 """
+
+RESPONSE = f"""
+SELECT first_signal_at, detect_s, acknowledge_s, mitigate_s, recover_s, resolve_s
+FROM ({RESPONSE_SQL}) AS response WHERE {_ONE}
+"""
+"""Seconds from the first signal to each milestone: the postmortem's "Response times"."""
 
 RECOVERY = f"""
 SELECT project, job_id, attempt, failed_at, restarted_attempt, restarted_at, restored_step,
@@ -96,13 +102,20 @@ def build() -> Any:
         .with_variable(jobtrail_url_variable())
         .link(link("Fleet", f"/d/{FLEET_UID}"))
         .link(link("Postmortem review page", _REVIEW_PAGE))
-        .with_panel(panel(table.Panel(), "Status, cause and owner", SUMMARY, TABLE, h=6))
+        .with_panel(panel(table.Panel(), "Status, cause and owner", SUMMARY, TABLE, h=6)
+                    .data_links([to_entity()]))
         .with_panel(panel(stat.Panel(), "Impact", IMPACT, TABLE, w=8, h=6))
         .with_panel(panel(table.Panel(), "Impacted jobs", JOBS, TABLE, w=16, h=6)
-                    .data_links([link("Job timeline", _JOB_LINK)]))
+                    .data_links([to_job(attempt="${__data.fields.attempt}")]))
+        .with_panel(panel(stat.Panel(), "Response times", RESPONSE, TABLE, h=4,
+                          description="Seconds from the first signal to detection, "
+                                      "acknowledgement, mitigation, recovery (progress "
+                                      "resumed in every failed attempt) and resolution.")
+                    .reduce_options(common.ReduceDataOptions().values(False)
+                                    .calcs(["lastNotNull"]).fields("/.*/")))
         .with_panel(panel(logs.Panel(), "Incident log", LOG, LOGS, h=10))
         .with_panel(panel(table.Panel(), "Evidence", EVIDENCE, TABLE, h=10)
-                    .data_links([link("Job timeline", _JOB_LINK)]))
+                    .data_links([to_job(), to_entity()]))
         .with_panel(panel(table.Panel(), "Recovery milestones", RECOVERY, TABLE, w=14, h=6))
         .with_panel(panel(table.Panel(), "Postmortem", POSTMORTEM, TABLE, w=10, h=6)
                     .data_links([link("Review page", _REVIEW_PAGE)]))

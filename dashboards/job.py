@@ -8,31 +8,42 @@ from typing import Any
 
 from grafana_foundation_sdk.builders import common, logs, stat, statetimeline, table, timeseries
 from grafana_foundation_sdk.builders import dashboard as dash
-from grafana_foundation_sdk.models.common import BigValueTextMode
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models.common import (
+    BigValueTextMode,
+    LegendDisplayMode,
+    LegendPlacement,
+)
 
 from dashboards.clickhouse import LOGS, TABLE, TIME_SERIES, TRACES, datasource, sql
 from dashboards.common import (
     INCIDENT_UID,
     JOB_FILTER,
     JOB_UID,
+    VIEW_END,
     link,
     panel,
     partition_by,
     project_variable,
+    to_entity,
+    to_incident,
     variable,
 )
 
 SUMMARY = f"""
+WITH (SELECT coalesce(argMax(tuple(ended_at), attempt).1, {VIEW_END}) FROM job_attempts FINAL
+      WHERE {JOB_FILTER}) AS attempt_end
 SELECT
   (SELECT argMax(state, attempt) FROM job_attempts FINAL WHERE {JOB_FILTER}) AS state,
   (SELECT max(attempt) FROM job_attempts FINAL WHERE {JOB_FILTER}) AS attempt,
   (SELECT argMax(JSONExtractInt(attributes, 'step'), time) FROM job_timeline FINAL
    WHERE {JOB_FILTER} AND type = 'job.step') AS last_step,
-  (SELECT if(count() = 0, NULL, round(dateDiff('second', max(time),
-             coalesce((SELECT argMax(ended_at, attempt) FROM job_attempts FINAL
-                       WHERE {JOB_FILTER}), now64(3))) / 60, 1))
+  (SELECT if(count() = 0, NULL, round(dateDiff('millisecond', max(time), attempt_end) / 60000,
+                                      1))
    FROM job_timeline FINAL
-   WHERE {JOB_FILTER} AND type = 'checkpoint.saved') AS checkpoint_age_min,
+   WHERE project = ${{project:sqlstring}} AND job_id = ${{job:sqlstring}}
+     AND attempt <= (SELECT max(attempt) FROM job_attempts FINAL WHERE {JOB_FILTER})
+     AND type = 'checkpoint.saved' AND time <= attempt_end) AS checkpoint_age_min,
   (SELECT if(count() = 0, 'none', argMax(concat(severity, ' ', class, ' on ', entity, ' (',
                                                 incident_id, ')'), opened_at))
    FROM incidents FINAL
@@ -42,9 +53,10 @@ SELECT
   (SELECT round(sum(lost_gpu_hours), 2) FROM incident_jobs FINAL WHERE {JOB_FILTER})
     AS lost_gpu_hours
 """
-"""The on-call's first look: the latest attempt's state, its number, the last step, how old
-the last checkpoint is (at the attempt's end, else now: the work a failure would lose), the
-open incident touching the job, and the GPU-hours lost to incidents."""
+"""The on-call's first look at the attempt (the latest one at All): its state and number,
+the last step, how old the newest checkpoint saved by it or an earlier attempt is at the
+attempt's end (a running attempt: at the end of the time range, at most now: the work a
+failure would lose), the open incident touching it, and the GPU-hours lost to incidents."""
 
 WHY = f"""
 SELECT i.incident_id AS incident, i.severity AS severity, i.status AS status,
@@ -107,14 +119,15 @@ ORDER BY startTime
 """
 
 STEPS = f"""
-SELECT time, concat('attempt ', toString(attempt)) AS attempt,
+SELECT time, concat('attempt ', toString(attempt)) AS series,
        JSONExtractInt(attributes, 'step') AS step
 FROM job_timeline FINAL
 WHERE {JOB_FILTER} AND type = 'job.step' AND $__timeFilter_ms(time)
 ORDER BY time
 """
 """A series per attempt (the plugin makes a string column a label), so the step line breaks
-between attempts instead of joining one's last step to the next one's restore."""
+between attempts instead of joining one's last step to the next one's restore. The label is
+not called `attempt`: ClickHouse would resolve the filter's `toString(attempt)` to it."""
 
 CHECKPOINTS = f"""
 SELECT time, JSONExtractInt(attributes, 'step') AS checkpoint
@@ -123,6 +136,7 @@ WHERE {JOB_FILTER} AND type IN ('checkpoint.saved', 'checkpoint.restored')
   AND $__timeFilter_ms(time)
 ORDER BY time
 """
+"""Drawn as markers (the override on target B), not as a line joining them across attempts."""
 
 RESOURCES = f"""
 SELECT * FROM (
@@ -164,12 +178,33 @@ WHERE incident_id IN ({_MINE}) AND $__timeFilter_ms(opened_at)
 """
 
 QUEUE = f"""
-SELECT attempt, since, reason, queue_wait_s AS attempt_waited_s
+SELECT attempt, pending_times[i] AS since, pending_reasons[i] AS reason,
+       queue_wait_s AS attempt_waited_s
 FROM job_attempts FINAL
-ARRAY JOIN pending_times AS since, pending_reasons AS reason
+ARRAY JOIN arrayEnumerate(pending_times) AS i
 WHERE {JOB_FILTER}
 ORDER BY attempt, since
 """
+"""One row per pending reason; indexed, so the two arrays need not be joined side by side
+(an ARRAY JOIN of arrays of unequal length fails the whole query)."""
+
+
+def _progress() -> Any:
+    """Steps as a line per attempt (target A), checkpoints as markers (target B: a line
+    would join one attempt's saves to the next one's restore), both in the legend."""
+    points = [model.DynamicConfigValue(id_val="custom.drawStyle", value="points"),
+              model.DynamicConfigValue(id_val="custom.showPoints", value="always"),
+              model.DynamicConfigValue(id_val="custom.pointSize", value=9),
+              model.DynamicConfigValue(id_val="displayName",
+                                       value="checkpoint saved/restored")]
+    return (panel(timeseries.Panel(), "Progress and checkpoints", STEPS, TIME_SERIES, w=12,
+                  h=9, extra=[(CHECKPOINTS, TIME_SERIES)])
+            .legend(common.VizLegendOptions().show_legend(True)
+                    .display_mode(LegendDisplayMode.LIST)
+                    .placement(LegendPlacement.BOTTOM).calcs([]))
+            .override_by_query("B", points)
+            .override_by_query("A", [model.DynamicConfigValue(
+                id_val="displayName", value="step, ${__field.labels.series}")]))
 
 
 def build() -> Any:
@@ -192,16 +227,16 @@ def build() -> Any:
         .annotation(annotation)
         .link(link("Incident", f"/d/{INCIDENT_UID}"))
         .with_panel(panel(stat.Panel(), "Summary", SUMMARY, TABLE, h=4,
-                          description="The latest attempt's state, the last step, the last "
-                                      "checkpoint's age, the open incident, GPU-h lost.")
+                          description="The attempt's state (the latest one at All), the "
+                                      "last step, the newest checkpoint's age, the open "
+                                      "incident, GPU-h lost.")
                     .reduce_options(common.ReduceDataOptions().values(False)
                                     .calcs(["lastNotNull"]).fields("/.*/"))
                     .text_mode(BigValueTextMode.VALUE_AND_NAME))
         .with_panel(panel(table.Panel(), "Why it failed", WHY, TABLE, h=4,
                           description="The incident holding the failed attempt: its cause, "
                                       "owner and explanation.")
-                    .data_links([link("Open incident", f"/d/{INCIDENT_UID}?var-incident="
-                                      "${__data.fields.incident}&${__url_time_range}")]))
+                    .data_links([to_incident()]))
         .with_panel(panel(statetimeline.Panel(), "Across systems", BANDS, TABLE, h=7,
                           description="One band per source; the state is the event type.")
                     .with_transformation(partition_by("source")))
@@ -210,13 +245,12 @@ def build() -> Any:
                                       "and the entity that links it to the job."))
         .with_panel(panel(dash.Panel().type("traces"), "Attempts and phases", ATTEMPTS,
                           TRACES, w=12, h=9))
-        .with_panel(panel(timeseries.Panel(), "Progress and checkpoints", STEPS, TIME_SERIES,
-                          w=12, h=9, extra=[(CHECKPOINTS, TIME_SERIES)]))
+        .with_panel(_progress())
         .with_panel(panel(table.Panel(), "Nodes, links and filesystems", RESOURCES, TABLE,
-                          w=12, h=9))
+                          w=12, h=9)
+                    .data_links([to_entity("name", project="${project}")]))
         .with_panel(panel(table.Panel(), "Incidents touching the job", INCIDENTS, TABLE,
                           w=12, h=9)
-                    .data_links([link("Open incident", f"/d/{INCIDENT_UID}?var-incident="
-                                      "${__data.fields.incident}&${__url_time_range}")]))
+                    .data_links([to_incident(), to_entity("entity", project="${project}")]))
         .with_panel(panel(table.Panel(), "Queue wait and reasons", QUEUE, TABLE, h=6))
     )

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from dashboards import job as board
-from dashboards.check import expand
+from dashboards.interpolate import ALL, Chosen, Values, expand
 
 _SOURCES = ["scheduler", "network", "storage", "node", "job", "change", "operator"]
 _COLOURS = {"scheduler": "#5470c6", "network": "#ee6666", "storage": "#fac858",
             "node": "#91cc75", "job": "#73c0de", "change": "#9a60b4", "operator": "#888888"}
 
 
-def _rows(store: Any, sql: str, values: dict[str, str], start: datetime,
+def _rows(store: Any, sql: str, values: Values, start: datetime,
           end: datetime) -> list[dict[str, Any]]:
     return store._dicts(expand(sql, values, start, end, 60))  # type: ignore[no-any-return]
 
@@ -49,7 +49,8 @@ def figure(store: Any, project: str, job: str, attempt: str = "all") -> tuple[An
         raise ValueError(f"no timeline rows for {project}/{job}")
     start = span[0]["lo"] - timedelta(minutes=5)
     end = span[0]["hi"] + timedelta(minutes=5)
-    values = {"project": project, "job": job, "attempt": attempt}
+    values: Values = {"project": project, "job": job,
+                      "attempt": Chosen(ALL) if attempt == "all" else attempt}
     bands = _rows(store, board.BANDS, values, start, end)
     steps = _rows(store, board.STEPS, values, start, end)
     checkpoints = _rows(store, board.CHECKPOINTS, values, start, end)
@@ -92,9 +93,9 @@ def figure(store: Any, project: str, job: str, attempt: str = "all") -> tuple[An
                  gid=f"failure-label-{f['incident']}-{f['attempt']}")
     top.set_title(f"{project}/{job}: across systems, attempts and incidents")
     top.legend(loc="lower left", fontsize=8, ncols=len(sources) or 1)
-    for n, series in enumerate(sorted({r["attempt"] for r in steps},
+    for n, series in enumerate(sorted({r["series"] for r in steps},
                                       key=lambda a: int(a.removeprefix("attempt ")))):
-        mine = [r for r in steps if r["attempt"] == series]
+        mine = [r for r in steps if r["series"] == series]
         bottom.plot([r["time"] for r in mine], [r["step"] for r in mine], color="#5470c6",
                     label="step" if n == 0 else "_nolegend_",
                     gid=f"steps-{series.replace(' ', '-')}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ingest import hostlist
 from ingest.base import (
     JSON_DOCUMENT,
     RAW_LIMIT,
@@ -150,7 +151,8 @@ def _capped(adapter: Adapter, text: str, ctx: Context) -> tuple[str, list[Reject
 def _run(adapter: Adapter, text: str, ctx: Context, cut: list[Reject]) -> list[Decoded]:
     stage = f"adapter.{adapter.name}"
     try:
-        records = adapter.parse(text, ctx)
+        with hostlist.budget():  # every hostlist of one payload shares one limit
+            records = adapter.parse(text, ctx)
     except ParseError as exc:
         return [_dead(stage, ParseError(exc.field, f"{adapter.name}: {exc.reason}"), text,
                       producer=ctx.producer, ref=ctx.origin, received_at=ctx.observed_at),

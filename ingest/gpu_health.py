@@ -107,6 +107,7 @@ def nvidia_smi_q(lines: list[str], ctx: Context) -> tuple[list[dict[str, Any]], 
         return out, used
     when, source = ctx.observed_at.isoformat(), "observed"
     gpu, section, index = "", "", -1
+    throttled: dict[tuple[int, str], list[tuple[str, str]]] = {}
     for i, line in enumerate(lines[:20000]):
         if line.startswith("Timestamp") and ":" in line:
             try:
@@ -137,12 +138,7 @@ def nvidia_smi_q(lines: list[str], ctx: Context) -> tuple[list[dict[str, Any]], 
                 value == "Yes":
             finding = ("row_remap", "failure", "row remapping failed (RMA criterion)")
         elif section.startswith("Clocks") and key in _THROTTLE and value == "Active":
-            record = _base(ctx, ctx.node, f"{ctx.node}/gpu{index}", when, source, line)
-            record.update({"type": "node.throttled", "severity": "warning",
-                           "message": f"GPU {gpu}: {key} active"})
-            record["attributes"].update({"gpu": str(index), "reason": _THROTTLE[key],
-                                         "pci": gpu})
-            out.append(record)
+            throttled.setdefault((index, gpu), []).append((key, line))
             used.add(i)
             continue
         if finding:
@@ -156,7 +152,25 @@ def nvidia_smi_q(lines: list[str], ctx: Context) -> tuple[list[dict[str, Any]], 
                                          "pci": gpu, "source": "nvidia-smi -q"})
             out.append(record)
             used.add(i)
+    for (index, gpu), active in throttled.items():
+        out.append(_throttle(ctx, index, gpu, active, when, source))
     return out, used
+
+
+def _throttle(ctx: Context, index: int, gpu: str, active: list[tuple[str, str]], when: str,
+              source: str) -> dict[str, Any]:
+    """One GPU's clocks event reasons as one `node.throttled`: `HW Slowdown` is the parent of
+    `HW Thermal Slowdown` and `HW Power Brake Slowdown` (nvidia-smi prints them indented under
+    it), so a slowdown with its cause is one throttle, named by the cause."""
+    keys = [key for key, _ in active]
+    causes = [k for k in keys if k != "HW Slowdown"] or keys
+    record = _base(ctx, ctx.node, f"{ctx.node}/gpu{index}", when, source,
+                   "\n".join(line for _, line in active))
+    record.update({"type": "node.throttled", "severity": "warning",
+                   "message": f"GPU {gpu}: {', '.join(keys)} active"})
+    record["attributes"].update({"gpu": str(index), "reason": _THROTTLE[causes[0]],
+                                 "reasons": [_THROTTLE[k] for k in keys], "pci": gpu})
+    return record
 
 
 def health_events(text: str, ctx: Context) -> list[dict[str, Any]] | None:

@@ -2,8 +2,10 @@
 snapshot, or several (a `watch` capture, or snapshots each headed by a time line).
 
 - a port in a down state (State Down/Polling/Init, Physical state Disabled/Polling, or
-  ibdev2netdev's `(Down)`) -> `network.port_down`; in a later snapshot, coming back ->
-  `network.port_up`;
+  `ibdev2netdev -v`'s port state) -> `network.port_down`; in a later snapshot, coming back
+  -> `network.port_up`; plain ibdev2netdev's `(Down)` is its netdev's state, which is down
+  on healthy hosts (no IPoIB, an uncabled second port): a port down only when it was `(Up)`
+  in an earlier snapshot, or when the host's other IPoIB netdevs are up;
 - a port whose Rate drops between snapshots (200 -> 100) -> `node.link_degraded`
   (`bus: infiniband`, `speed`, `expected` the earlier rate);
 - the first snapshot's healthy ports are not events (nothing changed);
@@ -33,6 +35,11 @@ _FIELD = re.compile(r"^\s+(?P<k>State|Physical state|Rate|Link layer):\s*(?P<v>.
 # also aligned by `column -t`
 _NETDEV = re.compile(r"^\s*(?P<dev>mlx\w+)\s+port\s+(?P<port>\d+)\s+==>\s+(?P<if>\S+)\s+"
                      r"\((?P<st>\w+)\)")
+# ibdev2netdev -v: `0000:3b:00.0 mlx5_0 (MT4123 - MCX653105A-HDAT) ... port 1 (ACTIVE) ==> ib0
+# (Up)`: the port's own state, then its netdev's
+_NETDEV_V = re.compile(r"^\s*(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d\s+"
+                       r"(?P<dev>mlx\w+)\s.{0,200}?\bport\s+(?P<port>\d+)\s+\((?P<pst>[A-Z_]+)\)\s+==>\s+"
+                       r"(?P<if>\S+)\s+\((?P<st>\w+)\)")
 # ibv_devinfo: `hca_id: mlx5_0`, `port:   1`, `state:  PORT_DOWN (1)`
 _HCA = re.compile(r"^hca_id:\s*(?P<dev>[\w-]+)")
 _DEVINFO_PORT = re.compile(r"^\s+port:\s+(?P<port>\d+)\s*$")
@@ -89,9 +96,34 @@ def _snapshots(text: str, ctx: Context) -> list[Snapshot]:
             shot.ports.setdefault(f"{device}/{port}", {})["State"] = m["st"].capitalize()
         elif m := _PANIC.search(line):
             shot.ports[m["dev"]] = {"State": "Down", "detail": f"missing: {m['why'].strip()}"}
+        elif m := _NETDEV_V.match(line):
+            shot.ports[f"{m['dev']}/{m['port']}"] = {"State": m["pst"].capitalize(),
+                                                    "netdev": m["if"]}
         elif m := _NETDEV.match(line):
-            shot.ports[f"{m['dev']}/{m['port']}"] = {"State": m["st"], "netdev": m["if"]}
+            shot.ports[f"{m['dev']}/{m['port']}"] = {"State": m["st"], "netdev": m["if"],
+                                                    "netdev_only": "yes"}
+    for shot in shots:
+        _netdev_inference(shot)
     return [s for s in shots if s.ports]
+
+
+def _netdev_inference(shot: Snapshot) -> None:
+    """Plain ibdev2netdev says its netdev's state (`(Up)`/`(Down)`), not the port's: an
+    InfiniBand port without IPoIB, or a RoCE NIC's uncabled second port, is `(Down)` on a
+    healthy host (imbue-ai/cluster-health#4). Such a `(Down)` says the port is down only when
+    the host's other IPoIB netdevs are up (IPoIB is configured, this one is not running);
+    otherwise it is kept as seen, for a later snapshot's change (`(Up)` -> `(Down)`), and is
+    no event by itself."""
+    ipoib = {p: st for p, st in shot.ports.items()
+             if st.get("netdev_only") and st.get("netdev", "").startswith("ib")}
+    others_up = sum(1 for st in ipoib.values() if st["State"].lower() == "up")
+    for port, state in shot.ports.items():
+        if not state.get("netdev_only") or state["State"].lower() != "down":
+            continue
+        if port in ipoib and others_up:
+            continue  # IPoIB runs on its siblings: this port is down
+        state["State"] = "Unknown"  # the netdev is down; whether the port is, it does not say
+        state["netdev_state"] = "Down"
 
 
 def _ctime(text: str) -> str:
@@ -134,6 +166,11 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                                      "time_source": shot.source, "raw": evidence}
             if "detail" in state:
                 attrs["reason"] = state["detail"]
+            if state.get("netdev_state") == "Down" and old is not None and \
+                    old.get("State", "").lower() == "up":
+                state = {**state, "State": "Down"}  # its netdev went from up to down
+                shot.ports[port] = state
+                attrs["state"] = "Down"
             if _down(state) and (old is None or not _down(old)):
                 out.append({"type": "network.port_down", "time": shot.time, "scope": "nic",
                             "entity": entity, "node": node, "severity": "error",

@@ -117,6 +117,34 @@ def _kind(command: str, names: list[str]) -> str:
     return ""
 
 
+_NAMESPACE_FLAG = re.compile(r"(?:^|\s)(?:-n|--namespace)(?:=|\s+)?(?P<ns>[a-z0-9][a-z0-9-]{0,62})"
+                             r"(?=\s|$)")
+_INFRA_NAMESPACE = re.compile(r"^(?:kube-.*|.*-system|.*-operator|.*-operators|gpu-operator.*|"
+                              r"nvidia-.*|network-operator|openshift-.*|cattle-.*|monitoring|"
+                              r"prometheus|cert-manager|ingress-.*|istio-.*|calico-.*|tigera-.*|"
+                              r"metallb-.*|longhorn-.*|rook-.*|local-path-storage|kubeflow-system)$")
+
+
+# the GPU operator's and the cluster's own daemons, wherever they run (microk8s puts the
+# driver daemonset in `default`)
+_INFRA_POD = re.compile(r"^(?:nvidia-[\w-]*(?:daemonset|validator|exporter|operator|plugin)|"
+                        r"gpu-operator|gpu-feature-discovery|nfd-(?:master|worker)|"
+                        r"node-feature-discovery|calico-|coredns-|kube-(?:proxy|apiserver|"
+                        r"controller-manager|scheduler)-|etcd-)")
+
+
+def namespace_of(command: str) -> str:
+    """The namespace a pasted `kubectl ... -n NS` / `--namespace=NS` names, else ''."""
+    m = _NAMESPACE_FLAG.search(command)
+    return m["ns"] if m else ""
+
+
+def infrastructure(namespace: str) -> bool:
+    """Whether a namespace holds the cluster's own machinery (kube-system, gpu-operator,
+    network-operator, *-system, ...), not training jobs: its pods' failures are not a job's."""
+    return bool(namespace) and bool(_INFRA_NAMESPACE.match(namespace))
+
+
 def records(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     """Events of every table and container block in `text`."""
 
@@ -156,7 +184,7 @@ def records(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             if record is not None:
                 out.append(record)
         elif kind:
-            out.extend(_row(kind, cells, line, ctx, ref))
+            out.extend(_row(kind, cells, line, ctx, ref, namespace_of(command)))
     out.extend(container_states(lines, ctx))
     seen: set[str] = set()
     unique: list[dict[str, Any] | Reject] = []
@@ -220,10 +248,13 @@ def _as_event(found: dict[str, str], ctx: Context) -> dict[str, Any]:
 
 
 def _row(kind: str, cells: dict[str, str], line: str, ctx: Context,
-         ref: str) -> list[dict[str, Any] | Reject]:
+         ref: str, namespace: str = "") -> list[dict[str, Any] | Reject]:
 
     name = cells["NAME"]
-    project = ctx.project or cells.get("NAMESPACE", "")
+    namespace = cells.get("NAMESPACE", "") or namespace
+    if kind == "Pod" and (infrastructure(namespace) or _INFRA_POD.match(name)):
+        return []  # the GPU operator's, the CNI's, kube-system's pods: not a training job
+    project = ctx.project or namespace
     if not project:
         return [Reject("project", "a kubectl table names no namespace: ship it with the "
                        "project (--project) or print it with -A", raw_evidence(line), ref)]

@@ -14,9 +14,9 @@ polling sacct again yields the same events.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from ingest import hostlist
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError, loads
 
@@ -34,23 +34,10 @@ _TERMINAL = {
 }
 
 
-def expand_hostlist(text: str) -> list[str]:
-    """`node-[001-003,010],gpu7` -> node-001, node-002, node-003, node-010, gpu7."""
-    out: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text or ""):
-        match = re.fullmatch(r"(?P<pre>[^\[]*)\[(?P<ranges>[^\]]+)\](?P<post>.*)", part)
-        if not match:
-            out.append(part)
-            continue
-        for item in match.group("ranges").split(","):
-            lo, _, hi = item.partition("-")
-            if not hi:
-                out.append(f"{match.group('pre')}{lo}{match.group('post')}")
-                continue
-            width = len(lo)
-            for n in range(int(lo), int(hi) + 1):
-                out.append(f"{match.group('pre')}{n:0{width}d}{match.group('post')}")
-    return [n for n in out if n]
+def expand_hostlist(text: str, *, field: str = "nodes") -> list[str]:
+    """`node-[001-003,010],gpu7` -> node-001, node-002, node-003, node-010, gpu7, within the
+    limits of `ingest.hostlist` (raises its `HostlistError`, naming `field`)."""
+    return hostlist.expand(text, field=field)
 
 
 def _number(value: Any) -> int | None:
@@ -128,7 +115,10 @@ def job_records(job: Any, i: int, ctx: Context) -> list[dict[str, Any] | Reject]
         add("job.pending", submitted, {"reason": reason or "Unknown"},
             f"pending: {reason or 'Unknown'}")
         return out
-    nodes = expand_hostlist(str(job.get("nodes") or ""))
+    try:
+        nodes = expand_hostlist(str(job.get("nodes") or ""), field=f"{where}.nodes")
+    except hostlist.HostlistError as exc:
+        return [*out, Reject(exc.field, exc.reason, evidence)]
     if started is not None and nodes and nodes != ["None assigned"]:
         add("job.started", started, {"nodes": nodes, "gpus": _gpus(job)},
             f"running on {len(nodes)} nodes")

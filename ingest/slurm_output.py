@@ -122,6 +122,8 @@ def read(line: str) -> Finding | None:
     if "srun" in line and (m := _TASKS.match(line)):
         what = m.group("what").strip()
         attrs = {"rank": _first_task(m.group("tasks")), "tasks": m.group("tasks")}
+        if what.endswith("(core dumped)"):  # `Segmentation fault (core dumped)`
+            what, attrs["core_dumped"] = what[:-len("(core dumped)")].strip(), True
         if what == "Out Of Memory":
             return Finding("job.oom", {**attrs, "kind": "host"}, node=m.group("node"),
                            key=("oom",))

@@ -34,6 +34,7 @@ from typing import Any
 from ingest import scontrol_node
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError
+from ingest.hostlist import HostlistError
 from ingest.redact import clip
 from ingest.slurm import expand_hostlist, job_records
 from ingest.timestamps import read
@@ -137,6 +138,9 @@ _BARE_REQUEUE = re.compile(r"^Requeuing " + _JOB + r"$")
 _PROLOG_LAUNCH = re.compile(r"Prolog launch failure, " + _JOB)
 _PERILOG_DRAIN = re.compile(r"(?:(?P<prolog>Prolog or job env setup failure)|(?P<epilog>"
                             r"epilog error)) on (?:node )?(?P<node>[\w.-]+), draining the node")
+# validate_node_specs: why a registering node is drained, said before `drain_nodes` says it was
+_SPEC_REASON = re.compile(r"(?:error|debug\d?):\s+Node (?P<node>\S+) (?P<reason>has (?:low|high) "
+                          r"[\w*]{1,40} (?:size|count) \(\d{1,20} [<>] \d{1,20}\))")
 _DRAIN_NODES = re.compile(r"^drain_nodes: node (?P<node>\S+) state set to DRAIN$")
 _INACTIVE = re.compile(r"inactivity time limit reached for " + _JOB)
 _JOB_DONE = re.compile(r"^_job_complete: " + _JOB + r" done$")
@@ -155,8 +159,16 @@ _PREEMPTED = re.compile(r"preempted " + _JOB + r" has been requeued")
 _SIGNALS = {9: "SIGKILL", 15: "SIGTERM", 6: "SIGABRT", 11: "SIGSEGV", 7: "SIGBUS", 2: "SIGINT"}
 
 
-def _job_line(body: str) -> tuple[str, str, dict[str, Any], str] | None:
-    """(type, job id, attributes, severity) of a slurmctld job line, or None."""
+def _job_line(body: str) -> tuple[str, str, dict[str, Any], str] | Reject | None:
+    """(type, job id, attributes, severity) of a slurmctld job line, a Reject (a hostlist
+    past its limits), or None."""
+    try:
+        return _job_fields(body)
+    except HostlistError as exc:
+        return Reject(exc.field, exc.reason, raw_evidence(body))
+
+
+def _job_fields(body: str) -> tuple[str, str, dict[str, Any], str] | None:
     if m := _SUBMIT.search(body):
         prio = m.group("prio")
         return "job.submitted", m.group("job"), {"priority": int(prio) if prio else None}, \
@@ -235,10 +247,15 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             last[node] = type_
             out.append(node_event(type_, node, reason, severity))
 
-        if reason_match := _REASON.search(body):
+        if reason_match := _REASON.search(body) or _SPEC_REASON.search(body):
             reasons[reason_match.group("node")] = reason_match.group("reason").strip()
         elif match := _NOT_RESPONDING.search(body):
-            for node in expand_hostlist(match.group("nodes")):
+            try:
+                nodes = expand_hostlist(match.group("nodes"))
+            except HostlistError as exc:
+                out.append(Reject(exc.field, exc.reason, raw_evidence(line), ref))
+                continue
+            for node in nodes:
                 node_state("node.not_ready", node, "not responding", "error")
         elif match := _STATE.search(body):
             node, state = match.group("node"), match.group("state")
@@ -285,6 +302,9 @@ def parse_slurmctld(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                 draft["attempt"] = ctx.attempt
             out.append(draft)
         elif found := _job_line(body):
+            if isinstance(found, Reject):
+                out.append(Reject(found.field, found.reason, found.payload, ref))
+                continue
             type_, job, attributes, severity = found
             if type_ in ("job.failed", "job.completed") and job in ended:
                 continue  # the exit of an attempt already ended (requeued on node failure)

@@ -25,6 +25,7 @@ from typing import Any
 from ingest import slurm_paste
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError
+from ingest.hostlist import HostlistError
 from ingest.redact import clip
 from ingest.slurm import expand_hostlist
 
@@ -131,7 +132,7 @@ def parse_squeue(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
     for number, row in found.bad:
         out.append(Reject("row", "fewer columns than the header", raw_evidence(row),
                           f"{ctx.origin}:{number}"))
-    for _number, row, cells in found.rows:
+    for number, row, cells in found.rows:
         col = {k.upper(): v for k, v in cells.items()}
         job, state = col["JOBID"], col.get("ST") or col.get("STATE", "")
         where = col.get("NODELIST(REASON)") or col.get("NODELIST") or col.get("REASON", "")
@@ -150,7 +151,11 @@ def parse_squeue(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                         "attributes": {**attributes, "reason": reason,
                                        "queue": col.get("PARTITION"), "time_source": source}})
         elif state in ("R", "RUNNING"):
-            nodes = expand_hostlist(where) if where and not where.startswith("(") else []
+            nodes = _nodes(where, row, f"{ctx.origin}:{number}") \
+                if where and not where.startswith("(") else []
+            if isinstance(nodes, Reject):
+                out.append(nodes)
+                continue
             start, source = None, "relative"
             if col.get("START_TIME") not in (None, "N/A"):
                 start, source = local_time(col["START_TIME"], ctx), "line"
@@ -229,14 +234,18 @@ def parse_sinfo(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
                          "NODELIST), or sinfo -R (REASON USER TIMESTAMP NODELIST)")
     out: list[dict[str, Any] | Reject] = []
     when, source = _snapshot_time(text, ctx) or (ctx.observed_at.isoformat(), "observed")
-    for _number, row, cells in found.rows:
+    for number, row, cells in found.rows:
         col = {k.upper(): v for k, v in cells.items()}
         state = col["STATE"].rstrip("*~#!%$@^-+").lower()
         type_ = "node.not_ready" if state in _DOWN else "node.drained" if state in _DRAIN \
             else None
         if type_ is None:
             continue
-        for node in expand_hostlist(col["NODELIST"]):
+        listed = _nodes(col["NODELIST"], row, f"{ctx.origin}:{number}", "NODELIST")
+        if isinstance(listed, Reject):
+            out.append(listed)
+            continue
+        for node in listed:
             out.append({"id": f"sinfo-{ctx.cluster}-{node}-{state}", "type": type_,
                         "time": when, "scope": "node", "entity": node,
                         "node": node, "severity": "error" if type_ == "node.not_ready"
@@ -294,7 +303,11 @@ def _sinfo_reasons(text: str, found: slurm_paste.Table,
             when, source = local_time(col.get("TIMESTAMP", ""), ctx), "line"
         except ValueError:
             when, source = snapshot or (ctx.observed_at.isoformat(), "observed")
-        for node in expand_hostlist(nodes):
+        listed = _nodes(nodes, row, f"{ctx.origin}:{number}", "NODELIST")
+        if isinstance(listed, Reject):
+            out.append(listed)
+            continue
+        for node in listed:
             attrs = {"reason": clip(reason, 200), "time_source": source,
                      "user": col.get("USER", ""), "raw": raw_evidence(row)}
             if state:
@@ -324,8 +337,17 @@ def _snapshot_time(text: str, ctx: Context) -> tuple[str, str] | None:
     return None
 
 
+def _nodes(text: str, row: str, ref: str, field: str = "NODELIST(REASON)") -> list[str] | Reject:
+    """A row's hostlist, or the row refused naming the limit it passes."""
+    try:
+        return expand_hostlist(text, field=field)
+    except HostlistError as exc:
+        return Reject(exc.field, exc.reason, raw_evidence(row), ref)
+
+
 SACCT = Adapter("sacct", parse_sacct, doc="Slurm `sacct --parsable2` text", line_oriented=True)
 SQUEUE = Adapter("squeue", parse_squeue, doc="Slurm `squeue` text (default or --format with "
                  "its header)", line_oriented=True)
 SINFO = Adapter("sinfo", parse_sinfo, doc="Slurm `sinfo` text and `sinfo -R`",
                 line_oriented=True)
+

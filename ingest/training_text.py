@@ -85,7 +85,7 @@ _RAISED = re.compile(r"(?:^|\]:?\s*|\s)(?P<exc>(?:[A-Za-z_]\w{0,63}\.){0,8}[A-Za
                      r"(?:Error|Exception)): (?P<msg>.{1,2000})$")
 _NCCL_IN = re.compile(r"NCCL error in: \S+, (?P<what>[^(\n]{1,200}?)\s*(?:\(|,|$)")
 _EXIT_LABELS = ("ecc", "gpu_lost", "enospc", "io_error", "illegal_memory", "segfault",
-                "dataloader")
+                "dataloader", "bus_error")
 
 
 def raised(line: str) -> tuple[str, dict[str, Any]] | None:

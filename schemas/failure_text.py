@@ -2,7 +2,8 @@
 
 `classify(text)` names the failure a line of text reports (a worker's exit message, a
 scheduler's reason, a log line): `oom`, `ecc`, `gpu_lost`, `enospc`, `io_error`,
-`illegal_memory`, `segfault`, `dataloader`, `nccl_timeout`, `nccl_error`, or None. The order
+`illegal_memory`, `segfault`, `dataloader`, `bus_error`, `nccl_timeout`, `nccl_error`, or
+None ("core dumped" alone names no signal: an abort dumps core too). The order
 below is the precedence: an NCCL error that says "CUDA out of memory" is an OOM, a crash
 that mentions an ECC error is the GPU's. `FAILURE_CLASS` maps a label to the incident class
 the rules use for it.
@@ -25,11 +26,12 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [(label, re.compile(pattern, re.I
             r"out of memory|Cannot allocate memory|oom[-_ ]kill|Killed process \d+"),
     ("illegal_memory", r"illegal memory access|misaligned address|"
                        r"CUDA error: an illegal|unspecified launch failure"),
-    ("segfault", r"Segmentation fault|\bSIGSEGV\b|signal 11\b|segfault at|core dumped|"
-                 r"\bSIGBUS\b|Bus error"),
+    ("segfault", r"Segmentation fault|\bSIGSEGV\b|signal 11\b|segfault at"),
     ("io_error", r"Input/output error|\bEIO\b|errno:? 5\b|Stale file handle|"
                  r"Transport endpoint is not connected"),
-    ("dataloader", r"DataLoader worker|dataloader"),
+    ("dataloader", r"DataLoader worker|dataloader|insufficient shared memory"),
+    # a bus error is not a segfault: a mapped file truncated under it, /dev/shm exhausted
+    ("bus_error", r"\bSIGBUS\b|Bus error|signal 7\b"),
     ("nccl_timeout", r"Watchdog caught collective operation timeout|"
                      r"collective operation timeout|NCCL[^\n]{0,80}timed? ?out"),
     ("nccl_error", r"NCCL error|nccl(?:System|Internal|Remote|Unhandled(?:Cuda)?|"
@@ -38,7 +40,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [(label, re.compile(pattern, re.I
 
 FAILURE_CLASS = {"ecc": "gpu_hardware", "gpu_lost": "gpu_hardware", "enospc": "storage_capacity",
                  "oom": "oom", "illegal_memory": "code_error", "segfault": "code_error",
-                 "io_error": "storage_io", "dataloader": "dataloader",
+                 "io_error": "storage_io", "dataloader": "dataloader", "bus_error": "code_error",
                  "nccl_timeout": "nccl_hang", "nccl_error": "nccl_hang"}
 LABELS = tuple(label for label, _ in _PATTERNS)
 

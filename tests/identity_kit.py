@@ -1,12 +1,16 @@
 """The API in-process on a real loopback socket, with an incident to act on, for the identity
 tests: one token per role on the incident's project, cookies handled by hand (aiohttp's jar
-ignores cookies for IP hosts)."""
+ignores cookies for IP hosts). `serving` starts the app as `jobtrail serve` does (its runtime
+opened from the settings), so several instances on one ClickHouse server, or one stopped and
+started again, are what several `serve` processes and a restart are."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,10 +99,45 @@ async def incident_id(client: aiohttp.ClientSession) -> str:
 
 
 async def token_session(client: aiohttp.ClientSession, token: str) -> tuple[str, str, str]:
-    """Sign in with a token through the page's form: (Cookie header, Set-Cookie, csrf)."""
-    signed = await client.post("/ui/login", data={"token": token}, allow_redirects=False)
+    """Sign in with a token through the page's form, as the page's browser (its Origin):
+    (Cookie header, Set-Cookie, csrf)."""
+    signed = await client.post("/ui/login", data={"token": token}, allow_redirects=False,
+                               headers={"Origin": origin(client)})
     assert signed.status == 200, await signed.text()
     morsel = signed.cookies["jobtrail_session"]
     cookie = f"jobtrail_session={morsel.value}"
     me = await (await client.get("/v1/whoami", headers={"Cookie": cookie})).json()
     return cookie, signed.headers["Set-Cookie"], str(me["csrf"])
+
+
+def origin(client: aiohttp.ClientSession) -> str:
+    """The origin of the app a test client talks to (what its pages' browser sends)."""
+    base = client._base_url  # the session's own base, set by `run`
+    assert base is not None
+    return f"{base.scheme}://{base.host}:{base.port}"
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings, backend: Any = None, port: int = 0,
+                  ) -> AsyncIterator[str]:
+    """The app on 127.0.0.1 (`port`, or a free one) until the block ends; with no `backend`,
+    its runtime is opened from `settings` as `jobtrail serve` opens it."""
+    port = port or free_port()
+    runner = web.AppRunner(create_app(settings, backend))
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def on_server(dsn: str, home: Path, **env: str) -> Settings:
+    """Settings of one API process whose store is the ClickHouse server at `dsn`, in the
+    database `env["JOBTRAIL_DATABASE"]` (share it to share the store)."""
+    return Settings.from_env({"JOBTRAIL_HOME": str(home), "JOBTRAIL_CLICKHOUSE": dsn,
+                              "JOBTRAIL_ALERTS_INTERVAL_S": "0", **env})
+
+
+def database() -> str:
+    return f"t_{uuid.uuid4().hex[:12]}"

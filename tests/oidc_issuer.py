@@ -2,7 +2,9 @@
 real HTTP, signing ID tokens with a real RSA key (PyJWT). It checks what a real issuer checks
 of the client (redirect URI, client secret, the PKCE verifier against the challenge) and
 records what it received; `fault` makes it answer wrongly in one way, to show the client
-refuses it: `bad_signature`, `wrong_audience`, `expired`, `wrong_nonce`, `wrong_state`."""
+refuses it: `bad_signature`, `wrong_audience`, `expired`, `wrong_nonce`, `wrong_state`.
+`reuse_codes` makes it exchange a code as often as it is presented, as some issuers do
+within a window: the client alone then keeps a login from completing twice."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ class Issuer:
     redirect_uri: str
     claims: dict[str, Any] = field(default_factory=dict)
     fault: str = ""
+    reuse_codes: bool = False
     key: Any = field(default_factory=lambda: rsa.generate_private_key(65537, 2048))
     other_key: Any = field(default_factory=lambda: rsa.generate_private_key(65537, 2048))
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -75,7 +78,8 @@ class Issuer:
             f"{self.client_id}:{self.client_secret}".encode()).decode()
         if request.headers.get("Authorization") != expected:
             return web.json_response({"error": "invalid_client"}, status=401)
-        grant = self.codes.pop(form.get("code", ""), None)
+        grant = (self.codes.get if self.reuse_codes else self.codes.pop)(form.get("code", ""),
+                                                                         None)
         if grant is None or form.get("grant_type") != "authorization_code":
             return web.json_response({"error": "invalid_grant"}, status=400)
         verifier = form.get("code_verifier", "")

@@ -14,6 +14,7 @@ import pytest
 
 from dashboards.build import built, committed
 from dashboards.check import ANNOTATION_COLUMNS, COLUMNS, expand, lint, roundtrip, targets
+from dashboards.interpolate import ALL, Chosen, conditional_all, macros, variables
 from ingest.canonical import decode
 from jobtrail.learn import sample
 from jobtrail.runtime.embedded import EmbeddedLog, EmbeddedRunner
@@ -51,7 +52,7 @@ def scenario(store: Store, tmp_path: Path) -> dict[str, Any]:
     runner.submit(decode(sample.jsonl(), producer="sample", observed_at=OBSERVED))
     runner.drain()
     worst = max(store.incidents(None), key=lambda r: r["lost_gpu_hours"])
-    return {"project": sample.PROJECT, "job": sample.JOB, "attempt": "all",
+    return {"project": sample.PROJECT, "job": sample.JOB, "attempt": Chosen(ALL, ("1", "2")),
             "incident": worst["incident_id"]}
 
 
@@ -59,7 +60,7 @@ def test_committed_json_is_what_the_builders_build() -> None:
     assert committed() == built(), "run `jobtrail dashboards build` and commit dashboards/json"
 
 
-@pytest.mark.parametrize("name", ["job", "incident", "fleet"])
+@pytest.mark.parametrize("name", ["job", "incident", "fleet", "entity", "oncall"])
 def test_sdk_round_trip_and_lint_are_clean(name: str) -> None:
     board = built()[name]
     assert roundtrip(board) == []
@@ -72,23 +73,115 @@ def test_lint_catches_what_grafana_would_show_as_an_error() -> None:
     panels["Event stream"]["targets"][0]["format"] = 1  # a logs panel fed a table
     panels["Attempts and phases"]["targets"][0]["rawSql"] += " AND $__timeFilterMs(x)"
     panels["Progress and checkpoints"]["targets"][0]["rawSql"] += \
-        " AND node = ${nodee:sqlstring}"
+        " AND node = ${nodee:sqlstring} AND x = ${job:percentencode}"
     panels["Nodes, links and filesystems"]["id"] = panels["Incidents touching the job"]["id"]
     problems = lint(board)
     assert any("format 1 cannot be drawn by a logs panel" in p for p in problems)
     assert any("unknown macro $__timeFilterMs" in p for p in problems)
     assert any("$nodee is not a dashboard variable" in p for p in problems)
+    assert any("format 'percentencode' is not one" in p for p in problems)
     assert any("panel ids must be set and unique" in p for p in problems)
 
 
+def test_lint_catches_a_panel_off_the_grid_or_on_another() -> None:
+    """Defect 4: the fleet's last panel sat at x 22 with width 14. Every panel must lie in
+    the 24 columns and overlap none."""
+    board = copy.deepcopy(built()["fleet"])
+    last, before = board["panels"][-1], board["panels"][-2]
+    last["gridPos"] = {**last["gridPos"], "x": 22, "w": 14}
+    assert any("x 22 + width 14 overflows the 24-column grid" in p for p in lint(board))
+    last["gridPos"] = dict(before["gridPos"])
+    assert any(f"overlaps panel {before['title']!r}" in p for p in lint(board))
+    for name, b in built().items():
+        assert not [p for p in lint(b) if "grid" in p or "overlap" in p], name
+
+
+def test_lint_catches_an_alias_that_hides_the_filtered_column() -> None:
+    """Defect 1's class: `concat(...) AS attempt` made ClickHouse read the filter's
+    `toString(attempt)` as the alias. A subquery's alias of the same name is its own scope."""
+    board = copy.deepcopy(built()["job"])
+    (steps,) = [p for p in board["panels"] if p["title"] == "Progress and checkpoints"]
+    steps["targets"][0]["rawSql"] = steps["targets"][0]["rawSql"].replace(" AS series",
+                                                                          " AS attempt")
+    assert any("alias 'attempt'" in p and "hides the column the filter binds" in p
+               for p in lint(board))
+    assert lint(built()["job"]) == []  # the summary's `(SELECT max(attempt) ...) AS attempt`
+
+
+def test_lint_catches_a_link_to_a_variable_the_target_does_not_define() -> None:
+    boards = built()
+    board = copy.deepcopy(boards["incident"])
+    (jobs,) = [p for p in board["panels"] if p["title"] == "Impacted jobs"]
+    link = jobs["fieldConfig"]["defaults"]["links"][0]
+    link["url"] = link["url"].replace("var-attempt=", "var-try=")
+    assert any("var-try is not a variable of jobtrail-job" in p for p in lint(board))
+    link["url"] = "/d/jobtrail-nowhere?var-job=x"
+    assert any("no dashboard with uid jobtrail-nowhere" in p for p in lint(board))
+
+
+def test_checkpoints_are_markers_in_the_legend() -> None:
+    """Defect 5: checkpoints were drawn as a line joining saves across attempts, with the
+    legend hidden. Target B (checkpoints) is drawn as points, target A (steps, a series per
+    attempt) as lines, and the legend is shown."""
+    (progress,) = [p for p in built()["job"]["panels"]
+                   if p["title"] == "Progress and checkpoints"]
+    assert [t["refId"] for t in progress["targets"]] == ["A", "B"]
+    assert "AS checkpoint" in progress["targets"][1]["rawSql"]
+    assert progress["options"]["legend"]["showLegend"] is True
+    overrides = {o["matcher"]["options"]: {p["id"]: p["value"] for p in o["properties"]}
+                 for o in progress["fieldConfig"]["overrides"]
+                 if o["matcher"]["id"] == "byFrameRefID"}
+    assert overrides["B"]["custom.drawStyle"] == "points"
+    assert overrides["B"]["custom.showPoints"] == "always"
+    assert progress["fieldConfig"]["defaults"]["custom"].get("drawStyle", "line") == "line"
+
+
 def test_expansion_matches_the_plugin() -> None:
-    start = sample.T0
-    end = start + timedelta(hours=1)
-    f, t = int(start.timestamp()), int(end.timestamp())
+    """Cases from the plugin's and Grafana's own tests, verbatim: grafana/clickhouse-datasource
+    4.20.0 `pkg/macros/macros_test.go` and `src/data/CHDatasource.test.ts` ("Conditional
+    All"), grafana/scenes `formatRegistry.test.ts` (sqlstring, singlequote)."""
+    from datetime import UTC, datetime
+
+    start = datetime(2014, 11, 12, 11, 45, 26, 371000, tzinfo=UTC)
+    end = datetime(2015, 11, 12, 11, 45, 26, 371000, tzinfo=UTC)
+    one_minute = timedelta(minutes=1)
+    assert macros("$__fromTime", start, end, one_minute) == "toDateTime(1415792726)"
+    assert macros("$__toTime", start, end, one_minute) == "toDateTime(1447328726)"
+    assert macros("$__fromTime_ms", start, end, one_minute) == \
+        "fromUnixTimestamp64Milli(1415792726371)"
+    assert macros("$__timeFilter(col)", start, end, one_minute) == \
+        "col >= toDateTime(1415792726) AND col <= toDateTime(1447328726)"
+    assert macros("$__dateFilter(col)", start, end, one_minute) == \
+        "col >= toDate('2014-11-12') AND col <= toDate('2015-11-12')"
+    assert macros("$__timeInterval_ms(t) $__interval_s", start, end, one_minute) == \
+        "toStartOfInterval(toDateTime64(t, 3), INTERVAL 60000 millisecond) 60"
+    assert macros("$__timeFilterMs(x) -- $__fromTime", start, end, one_minute) == \
+        "$__timeFilterMs(x)" + " " * 15  # unknown is kept; a comment is blanked
+    with pytest.raises(ValueError, match="expected 1 argument"):
+        macros("$__timeFilter()", start, end, one_minute)
+    sql = "select stuff from table where $__conditionalAll(fieldVal in ($fieldVal), $fieldVal);"
+    assert conditional_all(sql, {"fieldVal": ALL}) == "select stuff from table where 1=1;"
+    assert conditional_all(sql, {"fieldVal": "'val1', 'val2'"}) == \
+        "select stuff from table where fieldVal in ($fieldVal);"
+    both = ("select stuff from table where $__conditionalAll(fieldVal in ($fieldVal), "
+            "$fieldVal) and $__conditionalAll(fieldVal in ($fieldVal2), $fieldVal2);")
+    assert conditional_all(both, {"fieldVal": "'val1', 'val2'", "fieldVal2": ALL}) == \
+        "select stuff from table where fieldVal in ($fieldVal) and 1=1;"
+    assert variables("${v:sqlstring}", {"v": "test'value"}, start, end) == "'test''value'"
+    assert variables("${v:sqlstring}", {"v": 'test"value'}, start, end) == "'test\\\"value'"
+    assert variables("${v:singlequote}", {"v": ["test", "test'2"]}, start, end) == \
+        "'test','test\\'2'"
+    # All: every option; a custom all value is inserted raw whatever the format
+    assert variables("${a:singlequote} $a", {"a": Chosen(ALL, ("1", "2"))}, start, end) == \
+        "'1','2' '1','2'"
+    assert variables("${a:sqlstring}", {"a": Chosen(ALL, ("1",), all_value="all")}, start,
+                     end) == "all"
+    assert variables("$a", {"a": "it's"}, start, end) == "it's"  # the plugin's format: raw
+    f, t = int(sample.T0.timestamp()), int((sample.T0 + timedelta(hours=1)).timestamp())
     sql = expand("SELECT 1 WHERE $__timeFilter_ms(time) AND job_id = ${job:sqlstring} AND "
                  "x IN (${teams:singlequote}) AND $__timeFilter(d) GROUP BY "
-                 "$__timeInterval_ms(time)", {"job": "it's", "teams": ["a", "b"]}, start, end,
-                 30)
+                 "$__timeInterval_ms(time)", {"job": "it's", "teams": ["a", "b"]}, sample.T0,
+                 sample.T0 + timedelta(hours=1), 30)
     assert sql == (f"SELECT 1 WHERE time >= fromUnixTimestamp64Milli({f * 1000}) AND "
                    f"time <= fromUnixTimestamp64Milli({t * 1000}) AND job_id = 'it''s' AND "
                    f"x IN ('a','b') AND d >= toDateTime({f}) AND d <= toDateTime({t}) "
@@ -125,10 +218,11 @@ def test_the_attempt_variable_narrows_the_job_panels(store: Store,
     start, end = sample.T0 - timedelta(hours=1), sample.T0 + timedelta(hours=4)
     (stream,) = [t for _, title, t in targets(board) if title == "Event stream"]
     counts = {}
-    for attempt in ("all", "1", "2"):
-        query = expand(stream["rawSql"], {**scenario, "attempt": attempt}, start, end)
+    for attempt in (ALL, "1", "2"):
+        query = expand(stream["rawSql"], {**scenario, "attempt": Chosen(attempt, ("1", "2"))},
+                       start, end)
         counts[attempt] = len(store.client.query(query).result_rows)
-    assert counts["1"] and counts["2"] and counts["1"] + counts["2"] == counts["all"]
+    assert counts["1"] and counts["2"] and counts["1"] + counts["2"] == counts[ALL]
 
 
 def test_the_job_dashboard_opens_with_the_summary_and_the_incident_that_explains_it(
@@ -256,12 +350,12 @@ def test_postmortem_and_followup_panels_show_what_commanders_did(store: Store,
                             "due": "2999-01-01", "kind": "detect"})]):
         sink.command(Command(command_id=f"c{n}", incident_id=inc, command=command,  # type: ignore[arg-type]
                              actor=Actor(kind="person", name="ic-ana"), time=now, data=data))
-    variables = {"project": sample.PROJECT, "job": sample.JOB, "attempt": "all",
+    chosen = {"project": sample.PROJECT, "job": sample.JOB, "attempt": Chosen(ALL),
                  "incident": inc}
     start, end = sample.T0 - timedelta(hours=1), sample.T0 + timedelta(hours=4)
 
     def rows(sql: str) -> list[dict[str, Any]]:
-        result = store.client.query(expand(sql, variables, start, end, 60))
+        result = store.client.query(expand(sql, chosen, start, end, 60))
         return [dict(zip(result.column_names, r, strict=True)) for r in result.result_rows]
 
     (pm,) = rows(incident.POSTMORTEM)

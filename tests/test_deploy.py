@@ -121,7 +121,8 @@ def test_grafana_provisioning_matches_the_dashboards() -> None:
     assert mounts["../dashboards/json"] == provider["options"]["path"]
     boards = committed()
     assert {b["uid"] for b in boards.values()} == {"jobtrail-job", "jobtrail-incident",
-                                                   "jobtrail-fleet"}
+                                                   "jobtrail-fleet", "jobtrail-entity",
+                                                   "jobtrail-oncall"}
     for board in boards.values():
         for panel in board["panels"]:
             assert panel["datasource"]["uid"] == source["uid"]

@@ -99,7 +99,8 @@ def test_publish_creates_once_then_updates_in_place(grafana: tuple[str, dict[str
                              username="grafana_ro")
     first = publish(url, "sa-token-1", committed(), source)
     assert first.created == ["folder jobtrail", "datasource jobtrail-clickhouse"]
-    assert sorted(first.dashboards) == ["jobtrail-fleet", "jobtrail-incident", "jobtrail-job"]
+    assert sorted(first.dashboards) == ["jobtrail-entity", "jobtrail-fleet", "jobtrail-incident",
+                                        "jobtrail-job", "jobtrail-oncall"]
     posted = state["dashboards"]
     assert {b["folderUid"] for b in posted.values()} == {"jobtrail"}
     assert all(b["overwrite"] is True and b["dashboard"]["id"] is None for b in posted.values())
@@ -114,7 +115,7 @@ def test_publish_creates_once_then_updates_in_place(grafana: tuple[str, dict[str
     assert ("PUT", "/api/datasources/uid/jobtrail-clickhouse") in methods
     # an update keeps the folder (omitting folderUid would move the dashboards to the root)
     assert [b["folderUid"] for m, p, b, _ in state["requests"]
-            if p == "/api/dashboards/db"] == ["jobtrail"] * 3
+            if p == "/api/dashboards/db"] == ["jobtrail"] * 5
 
 
 def test_publish_command(grafana: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
@@ -123,8 +124,9 @@ def test_publish_command(grafana: tuple[str, dict[str, Any]], tmp_path: Path) ->
                                        "--url", url, "--no-datasource"],
                                 env={"GRAFANA_TOKEN": "tok"})
     assert result.exit_code == 0, result.output
-    assert "published jobtrail-fleet, jobtrail-incident, jobtrail-job" in result.output
-    assert state["datasources"] == {} and len(state["dashboards"]) == 3
+    assert ("published jobtrail-entity, jobtrail-fleet, jobtrail-incident, jobtrail-job, "
+            "jobtrail-oncall") in result.output
+    assert state["datasources"] == {} and len(state["dashboards"]) == 5
     sent = state["dashboards"]["jobtrail-incident"]["dashboard"]
     (url_var,) = [v for v in sent["templating"]["list"] if v["name"] == "jobtrail_url"]
     assert url_var["query"] == "http://localhost:8080"  # the committed default

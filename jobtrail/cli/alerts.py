@@ -2,7 +2,9 @@
 `deliveries` and `redeliver` (docs/subscriptions.md).
 
 The CLI acts as an operator (like every CLI command): its subscriptions are bound to the
-`--project`s given, or to none (every project)."""
+`--project`s given, or to none (every project). The listings take `--project` too, and then
+show what a token of those projects would see (its subscriptions, their silences,
+notifications and deliveries)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,15 @@ def _alerts(ctx: click.Context) -> Any:
     from jobtrail.alerts.store import AlertStore
 
     return AlertStore(_store(_settings(ctx)))
+
+
+_SEEN_BY = click.option("--project", "seen_by", multiple=True,
+                        help="Only what a token of these projects sees (repeatable); "
+                             "default: everything")
+
+
+def _scope(seen_by: tuple[str, ...]) -> list[str] | None:
+    return sorted(set(seen_by)) or None
 
 
 def _secrets(ctx: click.Context) -> Any:
@@ -171,12 +182,13 @@ def _row(sub: Any) -> str:
 
 @click.group("subscriptions", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True)
+@_SEEN_BY
 @click.pass_context
-def subscriptions(ctx: click.Context, as_json: bool) -> None:
+def subscriptions(ctx: click.Context, as_json: bool, seen_by: tuple[str, ...] = ()) -> None:
     """List subscriptions (and show, delete, enable, test one)."""
     if ctx.invoked_subcommand is not None:
         return
-    subs = _alerts(ctx).subscriptions()
+    subs = _alerts(ctx).subscriptions(_scope(seen_by))
     for sub in subs:
         click.echo(sub.model_dump_json() if as_json else _row(sub))
     if not subs and not as_json:
@@ -272,10 +284,12 @@ def silence(ctx: click.Context, matchers: tuple[str, ...], length: str, until: s
 
 
 @click.command("silences")
+@_SEEN_BY
 @click.pass_context
-def silences(ctx: click.Context) -> None:
+def silences(ctx: click.Context, seen_by: tuple[str, ...] = ()) -> None:
+    """List silences (active, pending and expired)."""
     now = datetime.now(UTC)
-    for s in _alerts(ctx).silences():
+    for s in _alerts(ctx).silences(_scope(seen_by)):
         state = "active" if s.starts <= now < s.ends else "expired" if s.ends <= now \
             else "pending"
         click.echo(f"{s.id} {state:8} {', '.join(str(m) for m in s.matchers)} until "
@@ -318,11 +332,18 @@ def notify(ctx: click.Context, once: bool, interval: float, passes: int,
 @click.option("--status", default="", help="a decision (pending, suppressed) or what happened "
               "to it (delivered, retrying, gave_up, gone, cancelled)")
 @click.option("--json", "as_json", is_flag=True)
+@_SEEN_BY
 @click.pass_context
-def notifications(ctx: click.Context, subscription: str, status: str, as_json: bool) -> None:
+def notifications(ctx: click.Context, subscription: str, status: str, as_json: bool,
+                  seen_by: tuple[str, ...] = ()) -> None:
     """The outbox: every decision with what its deliveries did (delivered, retrying, gave
     up...) or why it was not sent."""
-    for r in _alerts(ctx).notifications(subscription=subscription, status=status):
+    alerts = _alerts(ctx)
+    scope = _scope(seen_by)
+    mine = None if scope is None else {sub.id for sub in alerts.subscriptions(scope)}
+    for r in alerts.notifications(subscription=subscription, status=status):
+        if mine is not None and r["subscription_id"] not in mine:
+            continue
         if as_json:
             click.echo(json.dumps(r, default=str))
             continue
@@ -342,10 +363,12 @@ def notification_line(r: dict[str, Any]) -> str:
 @click.option("--subscription", default="")
 @click.option("--notification", default="")
 @click.option("--json", "as_json", is_flag=True)
+@_SEEN_BY
 @click.pass_context
-def deliveries(ctx: click.Context, subscription: str, notification: str, as_json: bool) -> None:
+def deliveries(ctx: click.Context, subscription: str, notification: str, as_json: bool,
+               seen_by: tuple[str, ...] = ()) -> None:
     """Every delivery attempt: status, response code, latency, next retry."""
-    for r in _alerts(ctx).deliveries(None, subscription=subscription,
+    for r in _alerts(ctx).deliveries(_scope(seen_by), subscription=subscription,
                                      notification=notification):
         if as_json:
             click.echo(json.dumps(r, default=str))

@@ -18,13 +18,29 @@ from jobtrail.cli.commands import _BY, _ID, _command
 from jobtrail.cli.common import _settings, _store
 
 
-def _state(ctx: click.Context, incident_id: str) -> Any:
+def _state(ctx: click.Context, incident_id: str, projects: tuple[str, ...] = ()) -> Any:
+    """The folded incident; with `--project`, read as a token of those projects reads it
+    (the whole story: refused for an incident that also impacts other projects)."""
+    from jobtrail.views.incident import SHARED_POSTMORTEM, postmortem_access
     from jobtrail.views.postmortem import state
 
-    inc = state(_store(_settings(ctx)).incident_log(incident_id))
+    store = _store(_settings(ctx))
+    if projects:
+        full = store.incident(incident_id, None)
+        access = "unknown" if full is None else postmortem_access(full["projects"], projects)
+        if access == "unknown":
+            raise click.ClickException(f"no incident {incident_id}")
+        if access == "shared":
+            raise click.ClickException(SHARED_POSTMORTEM.replace("a token", "--project"))
+    inc = state(store.incident_log(incident_id))
     if inc is None:
         raise click.ClickException(f"no incident {incident_id}")
     return inc
+
+
+_PROJECTS = click.option("--project", "projects", multiple=True,
+                         help="Read as these projects may (refused when the incident also "
+                              "impacts others); default: every project")
 
 
 @click.group("postmortem")
@@ -48,12 +64,14 @@ def draft_cmd(ctx: click.Context, incident_id: str, owner: str, by: str | None,
 @postmortem.command("show")
 @click.argument("incident_id")
 @click.option("--json", "as_json", is_flag=True)
+@_PROJECTS
 @click.pass_context
-def show(ctx: click.Context, incident_id: str, as_json: bool) -> None:
+def show(ctx: click.Context, incident_id: str, as_json: bool,
+         projects: tuple[str, ...] = ()) -> None:
     """The checklist, the blameless check's warnings and the Markdown."""
     from jobtrail.views.postmortem import document, export
 
-    inc = _state(ctx, incident_id)
+    inc = _state(ctx, incident_id, projects)
     today = datetime.now(UTC).date()
     if as_json:
         click.echo(export(inc, "json", today), nl=False)
@@ -165,14 +183,16 @@ _one_text_verb("waive", "waive_postmortem", "reason",
 @click.argument("incident_id")
 @click.option("--format", "fmt", type=click.Choice(["md", "html", "json"]), default="md")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@_PROJECTS
 @click.pass_context
-def export_cmd(ctx: click.Context, incident_id: str, fmt: str, out: Path | None) -> None:
+def export_cmd(ctx: click.Context, incident_id: str, fmt: str, out: Path | None,
+               projects: tuple[str, ...] = ()) -> None:
     """Markdown (canonical), sanitised HTML (styled like the review page), or JSON."""
     from jobtrail.views.postmortem import export
     from processors.notify.message import Links
 
     settings = _settings(ctx)
-    text = export(_state(ctx, incident_id), fmt, datetime.now(UTC).date(),
+    text = export(_state(ctx, incident_id, projects), fmt, datetime.now(UTC).date(),
                   Links(api=settings.public_url, grafana=settings.grafana_url))
     if out is None:
         click.echo(text, nl=False)

@@ -32,8 +32,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ingest import hostlist
 from ingest.adapters import Adapter, Context, Reject, run
+from ingest.base import raw_evidence
 from ingest.canonical import Decoded
+from ingest.hostlist import HostlistError, expand_indices
 from ingest.slurm import expand_hostlist, job_records
 from ingest.slurm_text import parse_slurmctld
 from jobtrail.collect.slurm_cursor import Cursor, LogFollower, Runner, Sink, run_tool
@@ -91,9 +94,7 @@ def _gres(job: dict[str, Any]) -> tuple[int | None, list[str]]:
     ids: list[str] = []
     for detail in job.get("gres_detail") or []:
         if m := re.search(r"IDX:([\d,-]+)", str(detail)):
-            for part in m.group(1).split(","):
-                lo, _, hi = part.partition("-")
-                ids += [str(i) for i in range(int(lo), int(hi or lo) + 1)]
+            ids += [str(i) for i in expand_indices(m.group(1), field="gres_detail")]
     return (int(count.group(1)) if count else None), ids
 
 
@@ -151,11 +152,15 @@ class SlurmCollector:
             cursor.accounts[job_id] = str(job.get("account") or "")
             if str(job.get("name") or "").startswith(DRILL_JOB_NAME):
                 cursor.drills[job_id] = str(job.get("comment") or "") or "drill"
-            nodes = expand_hostlist(str(job.get("nodes") or ""))
+            try:
+                nodes = expand_hostlist(str(job.get("nodes") or ""), field=f"jobs[{i}].nodes")
+                gpus, gpu_ids = _gres(job)
+            except HostlistError as exc:
+                drafts.append(Reject(exc.field, exc.reason, raw_evidence(job)))
+                continue
             if nodes:
                 cursor.job_nodes[job_id] = nodes
             code, signal = wait_status(job.get("exit_code"))
-            gpus, gpu_ids = _gres(job)
             if state == "RUNNING":
                 cursor.alloc[job_id] = {"gpus": gpus, "gpu_ids": gpu_ids,
                                         "account": cursor.accounts[job_id]}
@@ -197,13 +202,22 @@ class SlurmCollector:
             if _NODE_LINE.search(body):
                 node_lines.append(line)
                 if m := _DOWN.search(body):
-                    for node in ([m.group("node")] if m.group("node") else
-                                 expand_hostlist(m.group("nodes"))):
+                    try:
+                        down = [m.group("node")] if m.group("node") else \
+                            expand_hostlist(m.group("nodes"))
+                    except HostlistError as exc:
+                        drafts.append(Reject(exc.field, exc.reason, raw_evidence(line)))
+                        continue
+                    for node in down:
                         cursor.down_at[node] = at
                 continue
             if m := _ALLOC.search(body):
-                drafts.append(self._started(m.group("a") or m.group("b"),
-                                            expand_hostlist(m.group("an") or m.group("bn")),
+                try:
+                    allocated = expand_hostlist(m.group("an") or m.group("bn"))
+                except HostlistError as exc:
+                    drafts.append(Reject(exc.field, exc.reason, raw_evidence(line)))
+                    continue
+                drafts.append(self._started(m.group("a") or m.group("b"), allocated,
                                             line, at, cursor))
             elif m := _FAILED_NODE.search(body):
                 failed_node[m.group("job")] = m.group("node")
@@ -311,14 +325,8 @@ class SlurmCollector:
         return drafts
 
     # --- the loop -------------------------------------------------------------------------
-    def step(self) -> int:
-        """Read every source once, send what is new, then move the cursor. Returns the number
-        of records sent."""
-        cursor = Cursor(**json.loads(json.dumps(self.cursor.__dict__)))
-        if not self.cluster:
-            m = re.search(r"^ClusterName\s*=\s*(\S+)", self.tool(["scontrol", "show", "config"]),
-                          re.M)
-            self.cluster = m.group(1) if m else "default"
+    def _gather(self, cursor: Cursor) -> tuple[list[dict[str, Any] | Reject], set[str]]:
+        """What every source says now: the jobs, then the log's new lines (or the nodes)."""
         drafts, held = self._jobs(cursor)
         if self.follower is not None:
             lines, moved = self.follower.read(cursor)
@@ -330,6 +338,18 @@ class SlurmCollector:
             drafts += self._log(lines, cursor)
         else:
             drafts += self._nodes(cursor)
+        return drafts, held
+
+    def step(self) -> int:
+        """Read every source once, send what is new, then move the cursor. Returns the number
+        of records sent."""
+        cursor = Cursor(**json.loads(json.dumps(self.cursor.__dict__)))
+        if not self.cluster:
+            m = re.search(r"^ClusterName\s*=\s*(\S+)", self.tool(["scontrol", "show", "config"]),
+                          re.M)
+            self.cluster = m.group(1) if m else "default"
+        with hostlist.budget():  # one poll's hostlists share one limit
+            drafts, held = self._gather(cursor)
         for draft in drafts:
             if isinstance(draft, dict):
                 _tag_drill(draft, cursor)

@@ -54,6 +54,7 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
         log.info("JOBTRAIL_SESSION_KEY is not set: browser sessions end when this process "
                  "does")
     login.setup(app)
+    health.setup(app)
     from ingest.adapters import registry
 
     app[ADAPTERS] = registry(settings.adapter_config())  # mapping files validated at start

@@ -10,30 +10,50 @@ Who is asking (`authenticate`), in this order:
    token presented to `POST /ui/login`;
 4. nothing: the local operator when no credential of any kind is configured, else 401.
 
-A state-changing request is then checked by `guard`: its route's least role
-(`jobtrail.identity.roles`; a route without a policy is refused), and, when the credential
-is ambient (the cookie, or the proxy's header), that it comes from this site: an `Origin`
-(or `Referer`) of this server or `JOBTRAIL_PUBLIC_URL`, and the page's anti-CSRF token in
-`X-Jobtrail-CSRF` (or a `csrf` form field). A same-site form on a sibling host sends the
-cookie but can neither match the origin nor know the token.
+`guard`, the middleware in front of every route, then:
+- refuses any state-changing request (POST, PUT, PATCH, DELETE, whatever the route) that an
+  ambient credential would authenticate (the cookie, the proxy's header; no bearer token), or
+  that signs in (`POST /ui/login`), unless it comes from this site: an `Origin` of this server
+  or `JOBTRAIL_PUBLIC_URL`, or, without an Origin, a `Referer` of one (403 saying what it saw);
+- checks a session cookie against the logouts in the store (`jobtrail.identity.ledger`: a
+  restart or another process's logout counts), except on routes that never read the caller
+  (`ANONYMOUS_READS`: the probes do no store I/O for a cookie);
+- checks a state-changing route's least role (`jobtrail.identity.roles`; a route without a
+  policy is refused) and, for an ambient credential, the page's anti-CSRF token in
+  `X-Jobtrail-CSRF` (or a `csrf` form field). A same-site form on a sibling host sends the
+  cookie but can neither match the origin nor know the token.
+
+The auth proxy's identity headers (user, teams, projects, role) must each appear at most once:
+a repeated one is refused (400 naming it), never resolved to one of its values.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import json
+import logging
 import time
 from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from jobtrail.http.common import AMBIENT, PRINCIPAL, SESSION, SETTINGS, fail, known
+from jobtrail.http.common import AMBIENT, BACKEND, PRINCIPAL, SESSION, SETTINGS, fail, known
 from jobtrail.identity import LOCAL, ROLES, Principal
-from jobtrail.identity.roles import ROUTE_ROLES, UNAUTHENTICATED_WRITES
+from jobtrail.identity.ledger import SignIns
+from jobtrail.identity.roles import (
+    ANONYMOUS_READS,
+    ROUTE_ROLES,
+    SIGN_IN_ROUTES,
+    UNAUTHENTICATED_WRITES,
+)
 from jobtrail.identity.session import CSRF_HEADER, SESSION_COOKIE, Sessions, token_digest
 
+log = logging.getLogger("jobtrail.identity")
 SESSIONS: web.AppKey[Sessions] = web.AppKey("sessions", Sessions)
+CHECKED: web.RequestKey[str] = web.RequestKey("checked_session", str)
+"""The id of the request's session once the store said it was not logged out."""
 SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -54,6 +74,7 @@ def principal(request: web.Request) -> Principal:
 
 
 def _credential(request: web.Request, settings: Any) -> tuple[Principal, str]:
+    _refuse_repeated_proxy_headers(request, settings)
     header = request.headers.get("Authorization", "")
     if header and settings.authenticated:
         scheme, _, presented = header.partition(" ")
@@ -62,7 +83,7 @@ def _credential(request: web.Request, settings: Any) -> tuple[Principal, str]:
             fail(web.HTTPUnauthorized, "missing or unknown bearer token")
         return found, ""
     proxy = settings.auth_proxy_header
-    if proxy and request.headers.get(proxy):
+    if proxy and proxy in request.headers:
         if not _trusted_proxy(request.remote or "", settings.auth_proxy_addresses):
             fail(web.HTTPUnauthorized, f"the {proxy} header is accepted only from the "
                                        "configured auth proxy")
@@ -71,10 +92,12 @@ def _credential(request: web.Request, settings: Any) -> tuple[Principal, str]:
     cookie = request.cookies.get(SESSION_COOKIE)
     if cookie:
         session = request.app[SESSIONS].open("session", cookie, time.time())
-        held = _session_principal(session, settings) if session else None
-        if held is not None and session is not None:
-            request[SESSION] = session
-            return held, f"session:{session['sid']}"
+        # a session counts only once the store said it was not logged out (`guard`)
+        if session is not None and request.get(CHECKED) == str(session.get("sid")):
+            held = _session_principal(session, settings)
+            if held is not None:
+                request[SESSION] = session
+                return held, f"session:{session['sid']}"
     if not settings.authenticated:
         return LOCAL, ""
     fail(web.HTTPUnauthorized, "sign in (/auth/login) or send a bearer token")
@@ -88,6 +111,20 @@ def _trusted_proxy(remote: str, networks: tuple[str, ...]) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
         address = address.ipv4_mapped
     return any(address in ipaddress.ip_network(n, strict=False) for n in networks)
+
+
+def _refuse_repeated_proxy_headers(request: web.Request, settings: Any) -> None:
+    """400 for a request carrying one of the auth proxy's identity headers more than once
+    (in any spelling of its name): a proxy that adds its value to the client's copy would
+    otherwise let the client's speak for it, so none of the values is taken."""
+    if not settings.auth_proxy_header:
+        return
+    for header in (settings.auth_proxy_header, settings.auth_proxy_teams_header,
+                   settings.auth_proxy_projects_header, settings.auth_proxy_role_header):
+        if header and (times := len(request.headers.getall(header, ()))) > 1:
+            fail(web.HTTPBadRequest, f"the {header} header appears {times} times: the auth "
+                                     "proxy's identity headers must each appear once (the "
+                                     "proxy must replace a client's copy, not add to it)")
 
 
 def _proxy_principal(request: web.Request, settings: Any) -> Principal:
@@ -129,16 +166,80 @@ def require(request: web.Request, role: str, what: str) -> Principal:
     return who
 
 
-def same_origin(request: web.Request) -> bool:
-    """Whether the request's Origin (or Referer) is this server's or the public URL's."""
-    settings = request.app[SETTINGS]
+def _sender(request: web.Request) -> tuple[str, str]:
+    """The origin a request says it comes from, and which header said it ('' if none)."""
     origin = request.headers.get("Origin") or ""
-    if not origin or origin == "null":
-        referer = urlsplit(request.headers.get("Referer") or "")
-        origin = f"{referer.scheme}://{referer.netloc}" if referer.netloc else ""
+    if origin and origin != "null":
+        return origin, "Origin"
+    referer = urlsplit(request.headers.get("Referer") or "")
+    if referer.scheme and referer.netloc:
+        return f"{referer.scheme}://{referer.netloc}", "Referer"
+    return "", ""
+
+
+def same_origin(request: web.Request) -> bool:
+    """Whether the request's Origin (or, without one, its Referer) is this server's or the
+    public URL's."""
+    settings = request.app[SETTINGS]
+    origin, _ = _sender(request)
     public = urlsplit(settings.public_url)
     allowed = {f"{request.scheme}://{request.host}", f"{public.scheme}://{public.netloc}"}
     return bool(origin) and origin in allowed
+
+
+def _ambient(request: web.Request) -> bool:
+    """Whether a credential the browser adds by itself (the session cookie, the auth proxy's
+    identity) would authenticate this request: no bearer token is presented."""
+    settings = request.app[SETTINGS]
+    if not settings.authenticated or request.headers.get("Authorization"):
+        return False
+    proxy = settings.auth_proxy_header
+    return SESSION_COOKIE in request.cookies or bool(proxy and proxy in request.headers)
+
+
+def refuse_cross_site(request: web.Request) -> None:
+    """403 for a state-changing request an ambient credential would authenticate (or a
+    sign-in) that does not come from this site, saying what it came with."""
+    if same_origin(request):
+        return
+    origin, header = _sender(request)
+    seen = f"its {header} is {origin[:200]!r}" if origin else \
+        "it has neither an Origin nor a Referer"
+    if header == "Referer":
+        seen = f"it has no Origin and {seen}"
+    fail(web.HTTPForbidden, "cross-origin request refused: a change signed in by cookie or "
+                            "auth proxy, or a sign-in, must come from this site's pages (an "
+                            "Origin of this server or JOBTRAIL_PUBLIC_URL "
+                            f"{request.app[SETTINGS].public_url}, or without an Origin a "
+                            f"Referer of one); {seen}")
+
+
+async def check_session(request: web.Request) -> None:
+    """Mark the request's session cookie as checked when the store has no logout of it (a
+    logout seen here is remembered; a store that does not answer is a 503, never a pass)."""
+    settings = request.app[SETTINGS]
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if not cookie or not settings.authenticated or request.headers.get("Authorization") or (
+            settings.auth_proxy_header and settings.auth_proxy_header in request.headers):
+        return  # no cookie, or another credential wins
+    sessions = request.app[SESSIONS]
+    now = time.time()
+    session = sessions.open("session", cookie, now)
+    if session is None:
+        return  # expired, foreign, or logged out as this process knows
+    backend = request.app[BACKEND]
+    try:
+        revoked = await backend.call(SignIns(backend.store).revoked, str(session["sid"]))
+    except Exception as exc:
+        log.warning("session check failed: %s: %s", type(exc).__name__, exc)
+        raise web.HTTPServiceUnavailable(
+            text=json.dumps({"error": "could not check this session against the store's "
+                                      f"sign-outs, retry: {type(exc).__name__}"}),
+            content_type="application/json", headers={"Retry-After": "5"}) from None
+    if revoked:
+        sessions.revoke(session, now)
+    else:
+        request[CHECKED] = str(session["sid"])
 
 
 async def check_csrf(request: web.Request) -> None:
@@ -166,14 +267,17 @@ def csrf_token(request: web.Request) -> str:
 
 @web.middleware
 async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Roles and the CSRF defence on every state-changing route (deny by default)."""
-    if request.method in SAFE:
-        return await handler(request)  # type: ignore[no-any-return]
+    """The site check, the session's logout check, roles and the anti-CSRF token on every
+    state-changing route (deny by default)."""
     resource = request.match_info.route.resource
     if resource is None:  # no such route: the router's own 404/405
         return await handler(request)  # type: ignore[no-any-return]
     key = (request.method, resource.canonical)
-    if key in UNAUTHENTICATED_WRITES:
+    if request.method not in SAFE and (key in SIGN_IN_ROUTES or _ambient(request)):
+        refuse_cross_site(request)
+    if key not in ANONYMOUS_READS:
+        await check_session(request)
+    if request.method in SAFE or key in UNAUTHENTICATED_WRITES:
         return await handler(request)  # type: ignore[no-any-return]
     need = ROUTE_ROLES.get(key)
     if need is None:

@@ -1,14 +1,18 @@
 """Signing people in to the web pages, and out.
 
 - `GET /auth/login?next=/path`: with an OpenID Connect issuer configured, off to it
-  (authorization code + PKCE; state, nonce and verifier in a signed 10-minute cookie);
-  otherwise a form for an API token (`POST /ui/login`).
-- `GET /auth/callback`: the issuer's answer; the ID token verified, its claims mapped to a
-  principal, a session cookie set. It answers with a page that moves on to `next` itself: the
-  session cookie is `SameSite=Strict`, and a browser would not send it on a redirect chain
-  that started at the issuer (another site).
-- `POST /auth/logout`: ends the session (the cookie is cleared and its id refused from then
-  on); CSRF-checked like every change.
+  (authorization code + PKCE; state, nonce and verifier in a signed 10-minute cookie, the
+  state also recorded in the store); otherwise a form for an API token (`POST /ui/login`,
+  accepted only from this site's pages).
+- `GET /auth/callback`: the issuer's answer; its state used once (claimed in the store before
+  the code is exchanged: a replayed answer is refused, on this process, after a restart and on
+  every other one), the ID token verified, its claims mapped to a principal, a session cookie
+  set. It answers with a page that moves on to `next` itself: the session cookie is
+  `SameSite=Strict`, and a browser would not send it on a redirect chain that started at the
+  issuer (another site).
+- `POST /auth/logout`: ends the session (the cookie is cleared and its id recorded in the
+  store as logged out: refused from then on by every process on the store, restarts
+  included); CSRF-checked like every change.
 - `GET /v1/whoami`: the caller's principal, as the API sees it.
 
 Cookies are `HttpOnly`, `Secure` when served over TLS (or `JOBTRAIL_PUBLIC_URL` is https),
@@ -26,8 +30,9 @@ from typing import Any
 
 from aiohttp import web
 
-from jobtrail.http.common import SESSION, SETTINGS, fail, known, reply
-from jobtrail.http.guard import SESSIONS, check_csrf, csrf_token, principal, same_origin
+from jobtrail.http.common import BACKEND, SESSION, SETTINGS, fail, known, reply
+from jobtrail.http.guard import SESSIONS, check_csrf, csrf_token, principal
+from jobtrail.identity.ledger import SignIns
 from jobtrail.identity.oidc import OidcClient, OidcError
 from jobtrail.identity.session import LOGIN_COOKIE, SESSION_COOKIE, token_digest
 
@@ -36,6 +41,10 @@ OIDC: web.AppKey[Any] = web.AppKey("oidc", object)
 LOGIN_TTL_S = 600
 PAGE_CSP = ("default-src 'none'; style-src 'self'; form-action 'self'; base-uri 'none'; "
             "frame-ancestors 'none'")
+
+
+class _Unrecorded(Exception):
+    """The store did not answer while a login state was used."""
 
 
 def setup(app: web.Application) -> None:
@@ -90,9 +99,17 @@ async def login_page(request: web.Request) -> web.StreamResponse:
         except OidcError as exc:
             log.warning("oidc login could not start: %s", exc)
             return _page("Sign-in unavailable", f"<p>{html.escape(str(exc))}</p>", 503)
+        now = time.time()
+        backend = request.app[BACKEND]
+        try:
+            await backend.call(SignIns(backend.store).start_login, str(kept["state"]), now,
+                               now + LOGIN_TTL_S)
+        except Exception as exc:
+            log.warning("oidc login could not be recorded: %s: %s", type(exc).__name__, exc)
+            return _page("Sign-in unavailable", "<p>The sign-in could not be recorded (the "
+                         "store did not answer). Try again in a moment.</p>", 503)
         response = web.HTTPFound(url)
-        sealed = request.app[SESSIONS].seal("login", {**kept,
-                                                      "exp": time.time() + LOGIN_TTL_S})
+        sealed = request.app[SESSIONS].seal("login", {**kept, "exp": now + LOGIN_TTL_S})
         response.set_cookie(LOGIN_COOKIE, sealed, httponly=True, samesite="Lax",
                             secure=_secure(request), path="/auth", max_age=LOGIN_TTL_S)
         raise response
@@ -117,8 +134,23 @@ async def callback(request: web.Request) -> web.Response:
     if kept is None:
         return _page("Sign-in failed", "<p>This sign-in was not started here or took too long. "
                      "<a href=\"/auth/login\">Start again</a>.</p>", 400)
+    backend = request.app[BACKEND]
+
+    async def claim(state: str) -> str:
+        try:
+            refused: str = await backend.call(SignIns(backend.store).claim_login, state,
+                                              time.time())
+            return refused
+        except Exception as exc:
+            log.warning("oidc login state could not be claimed: %s: %s",
+                        type(exc).__name__, exc)
+            raise _Unrecorded from None
+
     try:
-        claims = await client.finish(kept, dict(request.query))
+        claims = await client.finish(kept, dict(request.query), claim=claim)
+    except _Unrecorded:
+        return _page("Sign-in unavailable", "<p>The sign-in could not be checked (the store "
+                     "did not answer). <a href=\"/auth/login\">Start again</a>.</p>", 503)
     except OidcError as exc:
         log.warning("oidc login refused: %s", exc)
         response = _page("Sign-in failed", f"<p>{html.escape(str(exc))}. "
@@ -141,8 +173,6 @@ async def token_login(request: web.Request) -> web.StreamResponse:
     """`POST /ui/login` (form `token`, optional `next`): a session for a configured token."""
     if request.content_type != "application/x-www-form-urlencoded":
         fail(web.HTTPBadRequest, "send the token as an application/x-www-form-urlencoded form")
-    if request.headers.get("Origin") and not same_origin(request):
-        fail(web.HTTPForbidden, "cross-origin sign-in refused")
     form = await request.post()
     token = str(form.get("token") or "")
     tokens = request.app[SETTINGS].api_tokens
@@ -170,7 +200,16 @@ async def logout(request: web.Request) -> web.Response:
         if session is not None:
             await check_csrf(request)
     if session is not None:
-        request.app[SESSIONS].revoke(session, time.time())
+        now = time.time()
+        backend = request.app[BACKEND]
+        try:
+            await backend.call(SignIns(backend.store).revoke, str(session["sid"]), now,
+                               float(session["exp"]))
+        except Exception as exc:  # the cookie stays, so signing out again can record it
+            log.warning("logout could not be recorded: %s: %s", type(exc).__name__, exc)
+            fail(web.HTTPServiceUnavailable, "not signed out: the store did not record the "
+                                             "sign-out, retry")
+        request.app[SESSIONS].revoke(session, now)
     response = _page("Signed out", "<p>Signed out. <a href=\"/auth/login\">Sign in</a></p>")
     response.del_cookie(SESSION_COOKIE, path="/")
     return response

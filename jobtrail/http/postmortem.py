@@ -104,19 +104,18 @@ def _make(settings: Any, store: Any, incident_id: str, verb: str,
 
 async def _incident(request: web.Request) -> Any:
     """The folded incident, after the read policy."""
+    from jobtrail.views.incident import SHARED_POSTMORTEM, postmortem_access
     from jobtrail.views.postmortem import state
 
     backend = request.app[BACKEND]
     incident_id = request.match_info["incident_id"]
     who = principal(request)
     full = await backend.call(backend.store.incident, incident_id, None)
-    if full is None or not (who.operator or set(full["projects"]) & who.projects):
+    access = "unknown" if full is None else postmortem_access(full["projects"], who.scope)
+    if access == "unknown":
         fail(web.HTTPNotFound, "no such incident")
-    if not who.operator and not set(full["projects"]) <= who.projects:
-        fail(web.HTTPForbidden, "the incident also impacts other projects: its postmortem is "
-                                "readable by an operator or a token holding all of them")
-    if not who.operator and not full["projects"]:
-        fail(web.HTTPNotFound, "no such incident")
+    if access == "shared":
+        fail(web.HTTPForbidden, SHARED_POSTMORTEM)
     return await backend.call(lambda: state(backend.store.incident_log(incident_id)))
 
 

@@ -4,7 +4,8 @@ the operator's CLI), roles, and the signed browser session.
 - `principal.py`: the principal and the token grant format;
 - `roles.py`: what each role may do (routes and incident commands), as data;
 - `session.py`: the signed session cookie and its anti-CSRF token;
-- `oidc.py`: the OpenID Connect authorization code flow with PKCE and ID token verification.
+- `oidc.py`: the OpenID Connect authorization code flow with PKCE and ID token verification;
+- `ledger.py`: login states used once and logouts, in the store (every process sees them).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 configured issuer, and the ID token verified against the issuer's JWKS (PyJWT).
 
 `start` makes the authorization request and the state it must come back with (state, nonce,
-PKCE verifier: kept in a signed, short-lived cookie, never server-side); `finish` checks the
-returned state, exchanges the code with the verifier, and verifies the ID token: signature by
+PKCE verifier: kept in a signed, short-lived cookie; the HTTP layer records the state's use in
+the store, `jobtrail.identity.ledger`); `finish` checks the returned state, has it claimed
+(used once), exchanges the code with the verifier, and verifies the ID token: signature by
 a key of the issuer's JWKS with an asymmetric algorithm the issuer announces, `iss`, `aud`
 (and `azp` when there are several audiences), `exp`, `iat`, and the nonce. Claims map to a
 principal through configured claim names.
@@ -16,6 +17,7 @@ import base64
 import hashlib
 import hmac
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -83,8 +85,11 @@ class OidcClient:
         url = f"{endpoint}{'&' if '?' in endpoint else '?'}{query}"
         return url, {"state": state, "nonce": nonce, "verifier": verifier, "next": next_path}
 
-    async def finish(self, kept: dict[str, Any], params: dict[str, str]) -> dict[str, Any]:
-        """The verified ID token claims for the callback's `params`."""
+    async def finish(self, kept: dict[str, Any], params: dict[str, str],
+                     claim: Callable[[str], Awaitable[str]] | None = None) -> dict[str, Any]:
+        """The verified ID token claims for the callback's `params`. `claim(state)` uses the
+        login state up before the code is exchanged ('' when this answer may use it, else
+        why not): a state is good for one answer, whatever the issuer allows of its code."""
         if params.get("error"):
             raise OidcError(f"the issuer refused the login: {params['error'][:100]}")
         if not hmac.compare_digest(str(params.get("state", "")).encode(),
@@ -93,6 +98,8 @@ class OidcClient:
         code = params.get("code", "")
         if not code:
             raise OidcError("the issuer's answer has no code")
+        if claim is not None and (refused := await claim(str(kept["state"]))):
+            raise OidcError(refused)
         meta = await self.metadata()
         form = {"grant_type": "authorization_code", "code": code,
                 "redirect_uri": self.config.redirect_uri, "code_verifier": kept["verifier"],

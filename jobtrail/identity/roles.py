@@ -37,7 +37,22 @@ UNAUTHENTICATED_WRITES = frozenset({
     ("POST", "/ui/login"),  # presents a token, gets a session
     ("POST", "/auth/logout"),  # ends the caller's own session (CSRF-checked)
 })
-"""State-changing routes that authenticate otherwise (or end a session)."""
+"""State-changing routes that authenticate otherwise (or end a session). Whatever the route,
+a state-changing request that a browser's ambient credential (the session cookie, the auth
+proxy's identity) would authenticate must come from this site (`jobtrail.http.guard`)."""
+
+SIGN_IN_ROUTES = frozenset({
+    ("POST", "/ui/login"),  # a cross-site form would sign the browser in as someone else
+})
+"""State-changing routes that must come from this site even without a cookie."""
+
+ANONYMOUS_READS = frozenset({
+    ("GET", "/livez"), ("GET", "/readyz"), ("GET", "/healthz"), ("GET", "/metrics"),
+    ("GET", "/openapi.json"), ("GET", "/auth/login"), ("GET", "/auth/callback"),
+    ("GET", r"/ui/{name}"),
+})
+"""Routes that never read the caller: a session cookie on them is not checked against the
+store's logouts (a probe does no store I/O for a browser's cookie)."""
 
 COMMAND_ROLES: dict[str, str] = {
     # responders: on it, notes and follow-ups, writing the postmortem

@@ -2,11 +2,12 @@
 
 A cookie value is `base64url(json).base64url(HMAC-SHA256(key, purpose, json))`: the server
 keeps no session table, only the key (`JOBTRAIL_SESSION_KEY`; without it a random key per
-process, so sessions end at a restart) and the ids of sessions logged out before they expired
-(bounded; a logged-out cookie replayed is refused). The purpose separates the session cookie
-from the short-lived login cookie (OIDC state, nonce and PKCE verifier), so one is never
-accepted as the other. The anti-CSRF token is derived from the session id, so a page can carry
-it and a cross-site form cannot know it.
+process, so sessions end at a restart). Logouts are kept in the store, where a restart and
+every other process see them (`jobtrail.identity.ledger`); `Sessions` remembers the ones this
+process has seen (bounded), so a logged-out cookie replayed here costs no query. The purpose
+separates the session cookie from the short-lived login cookie (OIDC state, nonce and PKCE
+verifier), so one is never accepted as the other. The anti-CSRF token is derived from the
+session id, so a page can carry it and a cross-site form cannot know it.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Sessions:
                                      "exp": int(now + self.max_age_s)})
 
     def revoke(self, session: dict[str, Any], now: float) -> None:
+        """Remember a session as logged out in this process (the store holds it for all)."""
         if len(self._revoked) >= MAX_REVOKED:
             self._revoked = {k: v for k, v in self._revoked.items() if v > now}
         if len(self._revoked) < MAX_REVOKED:

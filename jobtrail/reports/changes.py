@@ -8,7 +8,9 @@ relation `change`).
 
 For its nodes, the attempts that ran in the window before it are compared with those after:
 failure rate overall and by class (the attempt's `end_reason`), median step time, incidents
-opened on the nodes. The verdict is "regressed" when failures rose with a one-sided Fisher
+opened on the nodes. Every figure is the caller's projects' (attempts, steps, and incidents
+that touched their jobs or none): another project's attempts and incidents on the same nodes
+are not counted. The verdict is "regressed" when failures rose with a one-sided Fisher
 exact p below `alpha`, or the median step time rose by more than `slow_ratio` with a
 one-sided Mann-Whitney p below `alpha`; confidence is 1 - p of the test that decided (the
 smaller p when both ran). Too few attempts on either side is "insufficient evidence".
@@ -162,12 +164,14 @@ def load(store: Any, projects: Sequence[str], since: datetime, until: datetime, 
                     "AND time >= {lo:DateTime64(3, 'UTC')} AND time < {hi:DateTime64(3, 'UTC')} "
                     "AND t > 0", p=list(projects), lo=lo, hi=hi):
                 steps.setdefault((r["project"], r["job_id"], r["attempt"]), []).append(r["t"])
-            incidents = store._q(
+            incidents = store._q(  # the caller's and the cluster's, never another's
                 "SELECT count() FROM incidents FINAL WHERE splitByChar('/', "
                 "if(cause_entity != '', cause_entity, entity))[1] IN {n:Array(String)} "
+                "AND (empty(projects) OR hasAny(projects, {p:Array(String)})) "
+                "AND NOT has(flags, 'withdrawn') "
                 "AND opened_at >= {lo:DateTime64(3, 'UTC')} "
                 "AND opened_at < {hi:DateTime64(3, 'UTC')}",
-                n=list(nodes), lo=lo, hi=hi).result_rows[0][0]
+                n=list(nodes), p=list(projects), lo=lo, hi=hi).result_rows[0][0]
             sides.append(_side(attempts, steps, incidents))
         out.append(ChangeReport(
             c["id"], c["time"], str(attrs.get("kind", "")), c["entity"], nodes, jobs,

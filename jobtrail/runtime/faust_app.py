@@ -254,10 +254,12 @@ def create_app(settings: Settings) -> faust.App:
     async def probes() -> None:
         if settings.worker_port:
             from jobtrail.runtime import worker_http
+            from jobtrail.store.probe import StoreProbe
 
             held["probes"] = await worker_http.serve(
                 settings.http_host, settings.worker_port,
-                lambda: shards().describe() if "shards" in held else {})
+                lambda: shards().describe() if "shards" in held else {},
+                StoreProbe.of(settings.dsn, settings.database))
 
     adapters = registry(settings.adapter_config())
 

@@ -2,10 +2,13 @@
 Prometheus need from a process that serves no API.
 
 - `/livez`: the event loop answers.
-- `/healthz` (and `/readyz`): 200 while the store answers, 503 from its first failed try until
-  it answers again (the worker is then backing off without committing), with the partitions it
-  holds, their positions and the store's last error. The probe does no I/O of its own: the
-  store thread may be blocked in a retry, and a probe must not wait for it.
+- `/healthz` (and `/readyz`): 200 while the store answers, 503 with why otherwise, with the
+  partitions it holds and their positions. Two things say the store is away: the worker's own
+  writes (from their first failed try until one succeeds: the worker is then backing off
+  without committing, `jobtrail.store.retry.STATUS`), and the store asked now (`SELECT 1` on
+  the probe's own client with 2-second timeouts, `jobtrail.store.probe`), so an idle worker
+  whose store stopped is not ready either. Neither waits for the store thread, which may be
+  blocked in a retry.
 - `/metrics`: counters and gauges in Prometheus text format (`jobtrail.telemetry`).
 """
 
@@ -19,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from jobtrail import telemetry
+from jobtrail.store.probe import StoreProbe
 from jobtrail.store.retry import STATUS
 
 
@@ -26,8 +30,10 @@ def _json(status: int, body: dict[str, Any]) -> web.Response:
     return web.json_response(body, status=status)
 
 
-async def serve(host: str, port: int, describe: Callable[[], dict[str, Any]]) -> web.AppRunner:
-    """Start the probes on the running loop; `describe` says what the worker holds."""
+async def serve(host: str, port: int, describe: Callable[[], dict[str, Any]],
+                probe: StoreProbe | None = None) -> web.AppRunner:
+    """Start the probes on the running loop; `describe` says what the worker holds, `probe`
+    asks its store (a ClickHouse server)."""
 
     async def livez(request: web.Request) -> web.Response:
         return _json(200, {"status": "ok"})
@@ -37,8 +43,11 @@ async def serve(host: str, port: int, describe: Callable[[], dict[str, Any]]) ->
         store = "ok" if STATUS.up else (
             f"unavailable for {time.time() - STATUS.since:.0f} s (since {since}), retrying "
             f"without committing: {STATUS.error}")
-        return _json(200 if STATUS.up else 503, {
-            "status": "ok" if STATUS.up else "unavailable", "mode": "worker",
+        if store == "ok" and probe is not None:
+            store = await probe.check()
+        up = store == "ok"
+        return _json(200 if up else 503, {
+            "status": "ok" if up else "unavailable", "mode": "worker",
             "checks": {"store": store}, "partitions": describe()})
 
     async def metrics(request: web.Request) -> web.Response:
@@ -49,6 +58,11 @@ async def serve(host: str, port: int, describe: Callable[[], dict[str, Any]]) ->
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", healthz)
     app.router.add_get("/metrics", metrics)
+    if probe is not None:
+        async def close(app: web.Application) -> None:
+            probe.close()
+
+        app.on_cleanup.append(close)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()

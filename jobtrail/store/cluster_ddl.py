@@ -42,6 +42,8 @@ SHARD_KEYS = {
     "notifications": "cityHash64(id)",
     "deliveries": "cityHash64(notification_id)",
     "worker_state": "cityHash64(app_id, shard)",
+    "login_states": "cityHash64(state_hash)",
+    "session_revocations": "cityHash64(sid_hash)",
 }
 """Each table's sharding key: a function of columns of its sorting key, so the rows one
 `FINAL` collapses are always on one shard."""

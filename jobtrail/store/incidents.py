@@ -147,8 +147,8 @@ class IncidentTables:
         jobs: dict[str, list[dict[str, Any]]] = {}
         for job in self._dicts(
                 "SELECT incident_id, project, job_id, attempt, role, gpus, lost_gpu_hours, "
-                "lost_steps FROM incident_jobs FINAL WHERE incident_id IN {ids:Array(String)} "
-                "AND role != 'moved'",
+                "lost_steps, recovery FROM incident_jobs FINAL "
+                "WHERE incident_id IN {ids:Array(String)} AND role != 'moved'",
                 ids=[r["incident_id"] for r in rows]):
             jobs.setdefault(job["incident_id"], []).append(job)
         return [summary(r, jobs.get(r["incident_id"], []), projects) for r in rows]
@@ -184,6 +184,12 @@ class IncidentTables:
             id=incident_id)
         for entry in out["log"]:
             entry["data"] = json.loads(entry["data"])
+        if projects is not None and out.get("linked"):  # only those the caller may read
+            out["linked"] = [str(r[0]) for r in self._q(
+                "SELECT incident_id FROM incidents FINAL WHERE incident_id IN "
+                "{ids:Array(String)} AND hasAny(projects, {projects:Array(String)}) "
+                "ORDER BY incident_id", ids=list(out["linked"]),
+                projects=list(projects)).result_rows]
         return detail(out, projects)
 
     def impact_recorded_at(self, incident_id: str, project: str, job_id: str,

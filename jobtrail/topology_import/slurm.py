@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ingest.slurm import expand_hostlist
+from ingest import hostlist
 from jobtrail.topology_import.model import Partial, tiers
 
 _PAIR = re.compile(r"(?P<k>\w+)=(?P<v>\S+)")
@@ -21,6 +21,11 @@ class SlurmTopologyError(ValueError):
 
 
 def parse(text: str) -> Partial:
+    with hostlist.budget():  # the whole file's hostlists share one limit
+        return _parse(text)
+
+
+def _parse(text: str) -> Partial:
     out = Partial("slurm")
     children: dict[str, set[str]] = {}
     leaves: set[str] = set()
@@ -36,10 +41,14 @@ def parse(text: str) -> Partial:
                                          "have no switches; only topology/tree is read")
             continue  # BlockSizes=..., parameters of other plugins
         children.setdefault(name, set())
-        for child in expand_hostlist(pairs.get("switches", "")):
+        try:
+            switches = hostlist.expand(pairs.get("switches", ""), field="Switches")
+            nodes = hostlist.expand(pairs.get("nodes", ""), field="Nodes")
+        except hostlist.HostlistError as exc:
+            raise SlurmTopologyError(f"line {number}: {exc.field}: {exc.reason}") from None
+        for child in switches:
             children[name].add(child)
             children.setdefault(child, set()).add(name)  # undirected: tiers() orders them
-        nodes = expand_hostlist(pairs.get("nodes", ""))
         if nodes:
             leaves.add(name)
         for node in nodes:

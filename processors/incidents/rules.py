@@ -44,7 +44,7 @@ class Threshold(_Strict):
 class Match(_Strict):
     """Attribute conditions: `any_of` the values; `none_of` them; `contains` a substring;
     `classified_as` a label of the shared failure-text classifier (`schemas/failure_text.py`:
-    oom, ecc, gpu_lost, enospc, io_error, illegal_memory, segfault, dataloader,
+    oom, ecc, gpu_lost, enospc, io_error, illegal_memory, segfault, dataloader, bus_error,
     nccl_timeout, nccl_error); the attribute `message` tests the event's message."""
 
     attribute: str

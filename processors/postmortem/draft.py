@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import jinja2
 
+from processors.incidents.response import MILESTONES, first_signal
+from processors.incidents.response import figures as response_figures
 from processors.postmortem.state import LEARNINGS, SECTIONS, TITLES, Postmortem
 from processors.postmortem.story import (
     _failed,
@@ -25,7 +27,6 @@ from processors.postmortem.story import (
     _told,
     _told_line,
     detection,
-    first_signal,
     participants,
     resolution,
     summary,
@@ -127,12 +128,10 @@ def timings(inc: Incident) -> str:
     ]
     rows = [f"| {name} | {when(at)} | {duration(_between(start, at))} |"
             for name, at in milestones]
-    recovered = milestones[5][1]
     end = inc.resolved_at or inc.closed_at
-    headline = [("detect", inc.opened_at), ("acknowledge", inc.acknowledged_at),
-                ("mitigate", inc.mitigated_at), ("recover", recovered), ("resolve", end)]
-    figures = " · ".join(f"time to {name} **{duration(_between(start, at))}**"
-                         for name, at in headline)
+    response = response_figures(inc)  # the one definition the boards use too
+    figures = " · ".join(f"time to {name} **{duration(response.seconds(name))}**"
+                         for name in MILESTONES)
     figures += f" · duration **{duration(_between(start, end))}**" + (
         "" if end else " (still open)")
     return (figures[0].upper() + figures[1:] + "\n\n| Milestone | At | After the first "
@@ -214,16 +213,27 @@ def trigger(inc: Incident) -> str:
 
 
 def prior(inc: Incident, incidents: Mapping[str, Incident]) -> str:
+    """The earlier incidents on the same entity that every reader of this postmortem may
+    read (those impacting no project outside this incident's; an incident of no project is
+    an operator's, who reads them all); the others only counted, so one tenant's postmortem
+    never lists another tenant's incidents or losses."""
     entities = {x for x in (inc.entity, inc.cause_entity) if x}
-    before = sorted((o for o in incidents.values() if o.id != inc.id and o.opened_at
-                     and inc.opened_at and o.opened_at < inc.opened_at
-                     and ({o.entity, o.cause_entity} & entities)),
+    earlier = [o for o in incidents.values() if o.id != inc.id and o.opened_at
+               and inc.opened_at and o.opened_at < inc.opened_at
+               and ({o.entity, o.cause_entity} & entities)]
+    readers = set(inc.projects)  # none: an operator's alone, who reads every incident
+
+    def readable(o: Incident) -> bool:
+        return not readers or set(o.projects) <= readers
+    before = sorted((o for o in earlier if readable(o)),
                     key=lambda o: (o.opened_at, o.id), reverse=True)[:10]
-    if not before:
-        return "None on record."
-    return "\n".join(f"- {code(o.id)} opened {when(o.opened_at)}: {esc(o.klass)} on "
-                     f"{code(o.entity)}, {o.status}, {gpu_h(o.lost_gpu_hours)} GPU-h lost"
-                     for o in before)
+    others = sum(1 for o in earlier if not readable(o))
+    lines = [f"- {code(o.id)} opened {when(o.opened_at)}: {esc(o.klass)} on "
+             f"{code(o.entity)}, {o.status}, {gpu_h(o.lost_gpu_hours)} GPU-h lost"
+             for o in before]
+    if others:
+        lines.append(f"- {others} more that impacted other projects' jobs (not listed here)")
+    return "\n".join(lines) or "None on record."
 
 
 def followups(inc: Incident) -> str:

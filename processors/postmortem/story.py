@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from processors.incidents.response import first_signal
 from processors.postmortem.text import _between, code, duration, esc, gpu_h, hhmm, when
 
 if TYPE_CHECKING:
@@ -178,11 +179,6 @@ def resolution(inc: Incident) -> str:
 def _latest(values: Iterable[datetime | None]) -> datetime | None:
     present = [v for v in values if v is not None]
     return max(present) if present else None
-
-
-def first_signal(inc: Incident) -> datetime | None:
-    times = [e.time for e in inc.evidence.values()]
-    return min([*times, inc.first_signal_at] if inc.first_signal_at else times, default=None)
 
 
 _TOLD_VERB = {"acknowledged": "acknowledged", "commander_assigned": "named the commander",

@@ -349,3 +349,50 @@ def test_slurmctld_requeue_per_request_starts_a_new_attempt_on_the_new_nodes() -
     assert (second.nodes, second.outcome) == (("node-011", "node-013"), "completed")
     assert second.started_at is not None and second.started_at.isoformat() == \
         "2026-11-30T10:41:00+00:00"
+
+
+def _ports(text: str) -> list[tuple[str, str]]:
+    ctx = Context(producer="test", observed_at=OBSERVED, node="gpu-node-3")
+    return [(e.type, e.entity) for e in run(registry()["ibstat"], text, ctx)
+            if isinstance(e, Event)]
+
+
+def test_ibdev2netdev_down_is_a_port_down_only_when_it_says_so() -> None:
+    """Plain ibdev2netdev prints its netdev's state: `(Down)` on a host without IPoIB is no
+    port event; among IPoIB netdevs that are up, or after `(Up)`, it is; `-v` prints the
+    port's own state, which is read as ibstat's."""
+    no_ipoib = "mlx5_0 port 1 ==> ib0 (Down)\nmlx5_1 port 1 ==> ib1 (Down)\n"
+    assert _ports(no_ipoib) == []
+    one_of_four = "".join(f"mlx5_{i} port 1 ==> ib{i} ({'Down' if i == 2 else 'Up'})\n"
+                          for i in range(4))
+    assert _ports(one_of_four) == [("network.port_down", "gpu-node-3/mlx5_2/1")]
+    roce_second_port = "mlx5_0 port 1 ==> ens1f0np0 (Up)\nmlx5_1 port 1 ==> ens1f1np1 (Down)\n"
+    assert _ports(roce_second_port) == []
+    went_down = ("2026-11-30T08:10:00+00:00\nmlx5_1 port 1 ==> ens1f1np1 (Up)\n"
+                 "2026-11-30T08:11:00+00:00\nmlx5_1 port 1 ==> ens1f1np1 (Down)\n")
+    assert _ports(went_down) == [("network.port_down", "gpu-node-3/mlx5_1/1")]
+    verbose = ("0000:3b:00.0 mlx5_0 (MT4123 - MCX653105A-HDAT) CX653105A fw 20.28.1002 port 1 "
+               "(ACTIVE) ==> ib0 (Down)\n"
+               "0000:86:00.0 mlx5_1 (MT4123 - MCX653105A-HDAT) CX653105A fw 20.28.1002 port 1 "
+               "(DOWN) ==> ib1 (Down)\n")
+    assert _ports(verbose) == [("network.port_down", "gpu-node-3/mlx5_1/1")]
+
+
+def test_the_cluster_s_own_pods_are_not_training_jobs() -> None:
+    """`kubectl get pods -n gpu-operator` (the namespace read from the pasted command), a
+    NAMESPACE column of kube-system / gpu-operator, or a driver daemonset in `default`: their
+    CrashLoopBackOff is not a training job's worker exit; a training pod's still is."""
+    ctx = Context(producer="test", observed_at=OBSERVED)
+    table = ("NAME                           READY   STATUS             RESTARTS   AGE\n"
+             "{pod:<31}0/1     CrashLoopBackOff   12         67m\n")
+
+    def exits(command: str, pod: str) -> list[tuple[str, str, str]]:
+        got = run(registry()["kubernetes"], f"$ {command}\n" + table.format(pod=pod), ctx)
+        assert not [r for r in got if isinstance(r, DeadLetter)]
+        return [(e.type, e.project, e.job_id or "") for e in got if isinstance(e, Event)]
+
+    assert exits("kubectl get pods -n gpu-operator", "gpu-operator-657c5b798d-xgvgc") == []
+    assert exits("kubectl get pods --namespace=kube-system", "calico-node-cs2dp") == []
+    assert exits("kubectl get pods -n default", "nvidia-driver-daemonset-8r8s6") == []
+    assert exits("kubectl get pods -n research", "llama-train-worker-3") == [
+        ("job.worker_exited", "research", "llama-train")]

@@ -126,7 +126,7 @@ def test_the_failure_text_classifier_names_what_a_message_reports() -> None:
         "ncclSystemError: System call (e.g. socket, malloc) or external library call failed":
             "nccl_error",
         "OSError: [Errno 28] No space left on device": "enospc",
-        "Bus error (core dumped)": "segfault",
+        "Bus error (core dumped)": "bus_error",  # a bus error is not a segfault
         "DataLoader worker (pid 4242) is killed by signal: Killed.": "dataloader",
         "step 100 loss 2.1": None,
     }

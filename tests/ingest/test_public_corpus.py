@@ -294,10 +294,11 @@ def test_nvidia_smi_q_and_nvsentinel_events() -> None:
     smi = _read("gpu-health/synthetic_nvidia_smi_q.txt").events
     assert [(e.type, e.entity, e.attributes.get("reason") or e.attributes["status"])
             for e in smi] == [
-        ("node.throttled", "gpu-node-1/gpu0", "hw_slowdown"),
-        ("node.throttled", "gpu-node-1/gpu0", "hw_thermal"),
         ("node.health", "gpu-node-1/gpu0", "warning"),
-        ("node.health", "gpu-node-1/gpu1", "failure")]
+        ("node.health", "gpu-node-1/gpu1", "failure"),
+        # HW Slowdown and the HW Thermal Slowdown indented under it: one throttle, its cause
+        ("node.throttled", "gpu-node-1/gpu0", "hw_thermal")]
+    assert smi[-1].attributes["reasons"] == ["hw_slowdown", "hw_thermal"]
     assert {e.time for e in smi} == {_at(2026, 11, 30, 8, 57, 34)}
     fm, link = _read("gpu-health/synthetic_nvsentinel_events.json").events
     assert (fm.entity, fm.attributes["system"], fm.time) == (

@@ -112,8 +112,9 @@ def test_infiniband_state_in_every_shape_and_auto_routes_it_to_ibstat() -> None:
         assert downs("ib/ibv_devinfo_port_down.txt", fmt) == [("gpu-node-1/mlx5_0/1", None)]
         assert downs("ib/ibstat_active_then_ibpanic_missing_device.txt", fmt) == [
             ("gpu-node-1/mlx5_8", "missing: No such file or directory")]
-        netdev = downs("ib/ibdev2netdev_column_commented.txt", fmt)
-        assert len(netdev) == 10 and ("gpu-node-1/mlx5_1/1", None) not in netdev  # (Up)
+        # a healthy pure-IB host: "up/down here is ... about the IP / ethernet side of
+        # things" (the sample's author); no IPoIB, and the CX-6s' second ports uncabled
+        assert downs("ib/ibdev2netdev_column_commented.txt", fmt) == []
 
 
 def test_the_time_inside_what_was_put_before_a_line() -> None:
