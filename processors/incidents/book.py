@@ -171,6 +171,10 @@ class Book:
     opened_observed: dict[str, datetime] = field(default_factory=dict)
     planned: dict[str, tuple[datetime, str, str]] = field(default_factory=dict)
     """node -> (planned window ends, the change or ticket cited, its event id)"""
+    blamed: dict[str, tuple[Signal, str, datetime, tuple[str, ...]]] = field(
+        default_factory=dict)
+    """node -> (the cause that failed an attempt on it, its incident, when, the attempts it
+    failed): the same node in a later attempt is a candidate again (`blame`)"""
     powered: dict[str, tuple[datetime, datetime, str]] = field(default_factory=dict)
     """node -> (it lost power, its power window ends, the power event's id): what follows on
     the node is the power loss's consequence (`power`)"""

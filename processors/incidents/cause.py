@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from processors.attempts import Attempt
 from processors.incidents import (
     actions,
+    blame,
     changes,
     correlate,
     impact,
@@ -75,12 +76,15 @@ def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: Attemp
             ctx.book.evidence(current, event, "symptom", rule.why, rule.name, key)
         reclassify(ctx, current, rule, time, key)
         return current
-    ranked = weighing.candidates(ctx, key, time, since, node, rule)
+    ranked = weighing.candidates(ctx, key, time, since, node, rule,
+                                 on=event.node or "" if event is not None else "")
     chosen = ranked[0] if ranked and not weighing.own_wins(
         ranked[0], rule, rules.change_explains) else None
     if chosen is not None:
         signal, relation, path = chosen.signal, chosen.relation, chosen.path
         inc_id = book.open.get(signal.key)
+        if inc_id is None and signal.rule.name == blame.RULE:
+            inc_id = blame.incident(ctx, signal, time)
         if inc_id is None:
             inc_id = opening.open_incident(ctx, signal.key, signal.rule.klass,
                                            entity_of(signal), signal.event.id,
@@ -96,6 +100,8 @@ def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: Attemp
                     lost=weighing.losers(ranked, chosen))
         elif signal.rule.klass == changes.KLASS:
             _also(ctx, inc_id, signal, key, time, what)
+        if signal.rule.name == blame.RULE:
+            _blamed_again(ctx, inc_id, signal, key, time, what, event)
     elif (prior := regressed(ctx, key, rule)) is not None:
         inc_id = prior
         again(ctx, inc_id, rule, key, time)
@@ -112,6 +118,7 @@ def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: Attemp
 
     impact.impacted(ctx, inc_id, key, time, rule.name, role=klass.impact, event=event)
     if chosen is not None and klass.impact == "failed":
+        blame.record(ctx, chosen.signal, inc_id, key, time)
         correlate.regroup(ctx, inc_id, time)
     if klass.impact == "failed":
         correlate.shared_nodes(ctx, inc_id, key, time)
@@ -146,6 +153,22 @@ def reclassify(ctx: Context, inc_id: str, rule: SymptomRule, time: datetime,
     if current is not None and rule.rank <= current.rank:
         return
     own(ctx, inc_id, rule, key, time)
+
+
+def _blamed_again(ctx: Context, inc_id: str, signal: Signal, key: AttemptKey,
+                  time: datetime, what: str, symptom: Event | None) -> None:
+    """The node this incident blamed failed another attempt, with another symptom: cited."""
+    inc = ctx.book.incidents[inc_id]
+    node = signal.key[len("node:"):]
+    seen = f" ({symptom.type})" if symptom is not None else ""
+    ctx.book.emit(inc_id, ev.CauseUpdated(
+        klass=inc.cause_class or inc.klass, entity=inc.cause_entity or inc.entity,
+        event_id=inc.cause_event, confidence=inc.confidence, source=inc.cause_source,
+        relation="node", explanation=f"{inc.explanation} It also explains the {what}{seen} of "
+        f"{akey(key)} at {time.isoformat()}, seen on {node} again: {signal.rule.why}, and no "
+        "new signal outweighs it."), time, signal.rule.name, f"blamed:{akey(key)}")
+    severity.flag(ctx, inc_id, "repeat", time, signal.rule.name,
+                  f"{node} failed {akey(key)} too")
 
 
 def entity_of(signal: Signal) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 
 from processors.attempts import LIFECYCLE_TYPES, JobRecord, evolve
 from processors.incidents import (
+    blame,
     cause,
     changes,
     grouping,
@@ -145,6 +146,11 @@ class Detector:
         if symptom is not None and event.job_id:
             cause.on_symptom(ctx, event, symptom, book.attempt_key(event), event.time,
                              event.id)
+        elif symptom is not None and symptom.via_node:
+            # a node's report of a process it killed: the symptom of the one attempt on it
+            on = {(r.project, r.job_id, r.attempt) for r in rows if r.relation == "node"}
+            if len(on) == 1:
+                cause.on_symptom(ctx, event, symptom, on.pop(), event.time, event.id)
 
     def forget_jobs(self, cutoff: datetime) -> int:
         """Drop what the book holds for jobs whose attempts all ended before `cutoff` (their
@@ -205,4 +211,5 @@ class Detector:
         planned.forget(ctx)
         power.forget(ctx)
         changes.forget(ctx)
+        blame.forget(ctx)
 

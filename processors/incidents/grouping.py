@@ -22,6 +22,7 @@ from processors.incidents import (
     opening,
     power,
     reasons,
+    slowdown,
     weighing,
 )
 from processors.incidents.book import AttemptKey, Signal, akey, millis, node_of
@@ -121,6 +122,7 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
         self_impact(ctx, inc_id, event, rule)
 
     cause.late(ctx, signal)
+    slowdown.localise_late(ctx, signal)
     standing = next((s for s in reversed(book.changes) if s.event.id == event.id), None)
     if standing is not None:
         cause.late(ctx, standing)

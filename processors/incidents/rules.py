@@ -146,6 +146,9 @@ class SymptomRule(_Strict):
     """When several symptoms of one attempt disagree, the highest rank names the class
     (an OOM on rank 3 explains the other ranks' NCCL timeouts)."""
     why: str = ""
+    via_node: bool = False
+    """A node's report of a job's process (a kernel OOM kill logged without the job): the
+    symptom of the one attempt running on the node, reached through it."""
 
     _types = field_validator("types")(lambda cls, v: _known_types(v))
 
@@ -244,6 +247,9 @@ class Rules(_Strict):
         "nccl_hang", "hang", "job_failure", "code_error", "fail_slow"])
     """Classes of symptoms a change can cause: a symptom that names another class itself (an
     OOM, an ECC error) is never put down to a change."""
+    blame_window_s: float = Field(default=86400, gt=0)
+    """How long a node whose fault failed an attempt is a candidate cause of a later
+    attempt's failure seen on it with another symptom and no new signal."""
     power_window_s: float = Field(default=3600, gt=0)
     """How long after a node lost power (`node.power` off) its ports going down and the
     scheduler's not-responding, drain or reboot are that power loss's consequences."""

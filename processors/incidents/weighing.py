@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from processors.incidents import changes
+from processors.incidents import blame, changes
 from processors.incidents.book import AttemptKey, Signal, node_of
 from processors.incidents.rules import SymptomRule
 
@@ -68,8 +68,10 @@ class Candidate:
 
 
 def candidates(ctx: Context, key: AttemptKey, time: datetime, since: datetime | None = None,
-               node: str = "", rule: SymptomRule | None = None) -> list[Candidate]:
-    """The candidate causes of a symptom of `key` at `time`, best first."""
+               node: str = "", rule: SymptomRule | None = None,
+               on: str = "") -> list[Candidate]:
+    """The candidate causes of a symptom of `key` at `time` (seen on node `on`), best
+    first."""
     lo = since or time - timedelta(seconds=ctx.rules.cause_window_s)
     hi = time + timedelta(seconds=ctx.rules.cause_slack_s)
     attempt = ctx.book.attempt(key)
@@ -90,6 +92,10 @@ def candidates(ctx: Context, key: AttemptKey, time: datetime, since: datetime | 
         if held is None or signal.rule.weight > held.rule.weight or (
                 signal.rule.weight == held.rule.weight and signal.event.time < held.event.time):
             first[signal.key] = signal
+    for blamed in blame.reaching(ctx, key, time, on):
+        if blamed.key not in first:  # a fresh signal of the node's wins over its old blame
+            first[blamed.key] = blamed
+            window.append(blamed)
     if not first:
         return []
     weight = {group: signal.rule.weight for group, signal in first.items()}
