@@ -130,6 +130,9 @@ class Progress:
     """Recent step times reported by each node's ranks (straggler detection)."""
     straggler: dict[str, tuple[datetime, str, list[float]]] = field(default_factory=dict)
     """node -> (slow since, incident once reported, slow samples)"""
+    uncertain: tuple[datetime, datetime] | None = None
+    """The interval the attempt's first symptom lies in when its line had no time of its own
+    (`time_lower`, `time_upper`): a signal inside it may have come first."""
     hang_armed: bool = False
     saves: deque[float] = field(default_factory=lambda: deque(maxlen=16))
     """Recent checkpoint save durations (s): the attempt's usual save."""

@@ -32,7 +32,7 @@ from processors.incidents.book import AttemptKey, Progress, Signal, akey
 from processors.incidents.rules import SymptomRule
 from processors.incidents.signals import join
 from schemas import incident_events as ev
-from schemas.events import Event
+from schemas.events import Event, parse_time
 
 if TYPE_CHECKING:
     from processors.incidents.context import Context
@@ -69,6 +69,9 @@ def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: Attemp
                node: str = "") -> str | None:
     """Returns the incident the symptom went to."""
     book, rules = ctx.book, ctx.rules
+    if event is not None and (bounds := interval(event)) is not None \
+            and book.by_attempt.get(key) is None:
+        book.progress.setdefault(key, Progress()).uncertain = bounds
     klass = rules.klass(rule.klass)
     current = book.by_attempt.get(key) or _holder(ctx, key)
     if current is not None and not klass.separate and book.incidents[current].active:
@@ -171,6 +174,19 @@ def _blamed_again(ctx: Context, inc_id: str, signal: Signal, key: AttemptKey,
                   f"{node} failed {akey(key)} too")
 
 
+def interval(event: Event) -> tuple[datetime, datetime] | None:
+    """The interval a symptom printed without a time of its own lies in (its reader's
+    `time_lower`, `time_upper`), or None."""
+    lower, upper = event.attributes.get("time_lower"), event.attributes.get("time_upper")
+    if not isinstance(lower, str) or not isinstance(upper, str):
+        return None
+    try:
+        low, high = parse_time(lower), parse_time(upper)
+    except ValueError:
+        return None
+    return (low, high) if low <= event.time <= high and low < high else None
+
+
 def entity_of(signal: Signal) -> str:
     """What an incident opened on `signal` is about: a change's name, else the entity."""
     return changes.name(signal) or signal.event.entity or signal.key
@@ -270,8 +286,19 @@ def explain(ctx: Context, inc_id: str, signal: Signal, key: AttemptKey, time: da
     cause = signal.event
     gap = (time - cause.time).total_seconds()
     when = f"{abs(gap):.0f} s {'before' if gap >= 0 else 'after'}"
+    progress = ctx.book.progress.get(key)
+    bounds = progress.uncertain if progress is not None else None
+    if gap < 0 and bounds is not None and bounds[0] <= time <= bounds[1] \
+            and cause.time <= bounds[1]:
+        when = f"at {cause.time.isoformat()}, inside the interval of"
+        seen_untimed = (f" (its line has no time of its own: printed between "
+                        f"{bounds[0].isoformat()} and {bounds[1].isoformat()}, so the order is "
+                        "uncertain and the fault may well have come first)")
+        gap = 0.0
+    else:
+        seen_untimed = ""
     linked = path.split(" → ")[-1] if path else ""
-    seen_on = f" (seen on {symptom.node})" if symptom and symptom.node else ""
+    seen_on = (f" (seen on {symptom.node})" if symptom and symptom.node else "") + seen_untimed
     link = _RELATION_PHRASE.get(relation, f"is linked to it ({relation})")
     entity = changes.name(signal) or cause.entity or cause.node or signal.key
     if signal.rule.klass == changes.KLASS:
@@ -318,7 +345,12 @@ def late(ctx: Context, signal: Signal) -> None:
         if not inc.active or inc.cause_source != "job" or not inc.job_scoped:
             continue
         first = inc.first_signal_at
-        if first is None or not (signal.event.time <= first <= signal.event.time + limit):
+        progress = book.progress.get(key)
+        bounds = progress.uncertain if progress is not None else None
+        uncertain = bounds is not None and first is not None \
+            and bounds[0] <= first <= signal.event.time <= bounds[1]
+        if first is None or not (uncertain or signal.event.time <= first
+                                 <= signal.event.time + limit):
             continue
         job = inc.jobs.get(akey(key))
         ranked = weighing.candidates(ctx, key, first) if job is not None \
@@ -327,7 +359,7 @@ def late(ctx: Context, signal: Signal) -> None:
         if best is None or best.signal.key != signal.key or book.open.get(signal.key) == inc_id \
                 or ((inc.cause_rank or 0) >= weighing.OWN_RANK and best.score <= 1
                     and inc.cause_class != signal.rule.klass):
-            explain(ctx, inc_id, signal, key, first, "the first symptom", relation, path)
+            explain(ctx, inc_id, signal, key, first, "first symptom", relation, path)
             continue
         to_id = book.open.get(signal.key)
         if to_id is None:
@@ -338,5 +370,5 @@ def late(ctx: Context, signal: Signal) -> None:
                 if s.key == signal.key and signal.event.time <= s.event.time <= first:
                     join(ctx, to_id, s)
         if book.incidents[to_id].cause_source in ("", "signal"):
-            explain(ctx, to_id, signal, key, first, "the first symptom", relation, path)
+            explain(ctx, to_id, signal, key, first, "first symptom", relation, path)
         correlate.move(ctx, key, inc_id, to_id, first, ranked)

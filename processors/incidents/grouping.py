@@ -153,6 +153,10 @@ def consequence_of(ctx: Context, event: Event, rule: SignalRule, signal: Signal)
             continue  # a job's own failure at the signal's instant: a cause (`cause.late`)
         held = {(j.project, j.job_id, j.attempt) for j in inc.jobs.values()
                 if j.role in ("failed", "degraded")}
+        if inc.cause_source == "job" and inc.job_scoped and any(
+                (p := ctx.book.progress.get(k)) is not None and p.uncertain is not None
+                and p.uncertain[0] <= first <= event.time <= p.uncertain[1] for k in held):
+            continue  # inside the interval of a symptom with no time of its own: a cause
         if not held:
             continue
         if reached:

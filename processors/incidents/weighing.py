@@ -74,6 +74,10 @@ def candidates(ctx: Context, key: AttemptKey, time: datetime, since: datetime | 
     first."""
     lo = since or time - timedelta(seconds=ctx.rules.cause_window_s)
     hi = time + timedelta(seconds=ctx.rules.cause_slack_s)
+    progress = ctx.book.progress.get(key)
+    bounds = progress.uncertain if progress is not None else None
+    if bounds is not None and bounds[0] <= time <= bounds[1]:
+        hi = max(hi, bounds[1] + timedelta(seconds=ctx.rules.cause_slack_s))
     attempt = ctx.book.attempt(key)
     started = attempt.started_at if attempt is not None else None
     window = [s for s in ctx.book.signals if lo <= s.event.time <= hi
@@ -114,6 +118,9 @@ def candidates(ctx: Context, key: AttemptKey, time: datetime, since: datetime | 
         relation, path = signal.reached[key]
         reasons = [f"specificity {weight[group]}"]
         score = weight[group]
+        if signal.event.time > time + timedelta(seconds=ctx.rules.cause_slack_s):
+            reasons.append("after the symptom's placed time, inside its line's interval: "
+                           "the order is uncertain")
         if rule is not None and rule.klass == signal.rule.klass:
             score += 2
             reasons.append("the job's own message says the same")
