@@ -140,7 +140,8 @@ def test_an_acknowledged_message_says_who_acknowledged_and_offers_no_ack() -> No
 
 def test_an_email_thread_keeps_one_subject() -> None:
     subjects = {_render("email", m).splitlines()[0] for m in _messages().values()}
-    assert subjects == {"Subject: [jobtrail] network on leaf-01/p2 (inc-f4b69853dc651eeb)"}
+    assert subjects == {"Subject: [jobtrail] network on leaf-01/p2 in cluster-a "
+                        "(inc-f4b69853dc651eeb)"}
 
 
 def test_reminders_stop_once_the_job_has_recovered() -> None:

@@ -70,6 +70,7 @@ def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_jso
     f = found
     click.echo(f"{f['incident_id']}  {f['title']}")
     click.echo(f"  {f['severity']} {f['status']}  class {f['class']}  entity {f['entity']}  "
+               + (f"cluster {f['cluster']}  " if f.get("cluster") else "") +
                f"owner {f['owner']} ({f['owner_why']})")
     click.echo(f"  cause ({f['confidence']:.2f}): {f['explanation']}")
     click.echo(f"  severity: {f['severity_why']}")

@@ -19,7 +19,7 @@ from processors.incidents.model import Incident, IncidentEvent
 RETENTION_COLUMNS = ("incident_id", "version", "status", "closed_at", "postmortem_status")
 """The columns of `incidents` copied to `incident_retention` (jobtrail.reports.retention)."""
 
-INCIDENT_LIST = ("incident_id, status, severity, class, entity, owner, title, opened_at, "
+INCIDENT_LIST = ("incident_id, cluster, status, severity, class, entity, owner, title, opened_at, "
                  "resolved_at, impacted_jobs, impacted_gpus, lost_gpu_hours, recovery, "
                  "projects, confidence")
 

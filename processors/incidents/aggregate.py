@@ -124,6 +124,8 @@ class Incident:
 
     id: str
     key: str = ""
+    cluster: str = ""
+    """The cluster it happened in: two clusters' node-001 are two entities."""
     seq: int = 0
     status: str = "open"
     title: str = ""

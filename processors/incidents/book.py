@@ -61,6 +61,11 @@ def from_millis(ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=ms)
 
 
+def title(text: str, cluster: str) -> str:
+    """An incident's title names its cluster: two clusters' `node-001` are told apart."""
+    return f"{text} in {cluster}" if cluster else text
+
+
 def node_of(entity: str) -> str:
     return entity.split("/", 1)[0] if entity else ""
 
@@ -151,6 +156,8 @@ class Book:
     last_touch: dict[str, datetime] = field(default_factory=dict)
     """incident -> the watermark at its last decision (eviction measures quiet from it)"""
     watermark: datetime | None = None
+    cluster: str = ""
+    """The cluster of the events decided (a runtime holds one detector per cluster)."""
     replaying: bool = False
     open: dict[str, str] = field(default_factory=dict)  # grouping key -> active incident
     resolved: dict[str, str] = field(default_factory=dict)  # grouping key -> last resolved

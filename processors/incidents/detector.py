@@ -126,6 +126,8 @@ class Detector:
         ctx = self.context
         self._advance(ctx, event.time)
         event = reasons.named_xid(event, ctx.topology().gpu_of)
+        if event.cluster and not self.book.cluster:
+            self.book.cluster = event.cluster
         book = self.book
         if event.type in LIFECYCLE_TYPES and event.job_id:
             job, _ = evolve(book.jobs.get((event.project, event.job_id)), event)
