@@ -73,6 +73,9 @@ def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_jso
                + (f"cluster {f['cluster']}  " if f.get("cluster") else "") +
                f"owner {f['owner']} ({f['owner_why']})")
     click.echo(f"  cause ({f['confidence']:.2f}): {f['explanation']}")
+    if f.get("still_drained"):
+        click.echo("  still drained: " + ", ".join(
+            f"{d['node']} (since {_age(d['since'])})" for d in f["still_drained"]))
     click.echo(f"  severity: {f['severity_why']}")
     click.echo(f"  impact: {f['impacted_jobs']} jobs, {f['impacted_gpus']} GPUs, "
                f"{f['lost_gpu_hours']:.2f} GPU-hours and {f['lost_steps']} steps lost; "

@@ -291,6 +291,8 @@ def check_incident(scenario: Scenario, inc: Incident, want: dict[str, Any],
                     if name.endswith("_at") and value is not None and actual is not None:
                         value = scenario.at(value)
                     differ(f"jobs[{key}].{name}", actual, value)
+    if "still_drained" in want:
+        differ("still_drained", [node for node, _ in inc.still_drained], want["still_drained"])
     if "flags" in want:
         differ("flags", sorted(inc.flags), sorted(want["flags"]))
     if "opened_at" in want:

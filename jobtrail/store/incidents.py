@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
+from processors.incidents.aggregate import still_drained
 from processors.incidents.model import Incident, IncidentEvent
 
 RETENTION_COLUMNS = ("incident_id", "version", "status", "closed_at", "postmortem_status")
@@ -184,6 +185,8 @@ class IncidentTables:
             id=incident_id)
         for entry in out["log"]:
             entry["data"] = json.loads(entry["data"])
+        out["still_drained"] = [{"node": node, "since": since} for node, since in still_drained(
+            (e["time"], e["type"], e["entity"], e["role"]) for e in out["evidence"])]
         if projects is not None and out.get("linked"):  # only those the caller may read
             out["linked"] = [str(r[0]) for r in self._q(
                 "SELECT incident_id FROM incidents FINAL WHERE incident_id IN "

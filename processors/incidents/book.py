@@ -185,6 +185,8 @@ class Book:
         default_factory=dict)
     """node -> (the cause that failed an attempt on it, its incident, when, the attempts it
     failed): the same node in a later attempt is a candidate again (`blame`)"""
+    drains: dict[str, set[str]] = field(default_factory=dict)
+    """node -> the incidents holding its drain as evidence (its return is attached there)"""
     powered: dict[str, tuple[datetime, datetime, str]] = field(default_factory=dict)
     """node -> (it lost power, its power window ends, the power event's id): what follows on
     the node is the power loss's consequence (`power`)"""
@@ -272,6 +274,8 @@ class Book:
             entity=event.entity or event.node or "", why=why, role=role, project=event.project,
             job_id=event.job_id or "", attempt=attempt[2] if attempt else event.attempt),
             event.time, rule, event.id)
+        if event.type == "node.drained" and (node := node_of(event.node or event.entity or "")):
+            self.drains.setdefault(node, set()).add(inc_id)
         drill = event.attributes.get("drill")
         if drill and "drill" not in self.incidents[inc_id].flags:
             # a recovery drill's fault (jobtrail drill run): recorded as one, pages nobody,

@@ -137,6 +137,10 @@ class Detector:
             recovery.track(ctx, event)
         if event.type == "node.ready" and (node := event.node or node_of(event.entity or "")):
             book.ready.setdefault(node, deque(maxlen=READY_KEPT)).append(event.time)
+            for inc_id in sorted(book.drains.pop(node, ())):
+                if book.incidents.knows(inc_id) and book.incidents[inc_id].active:
+                    book.evidence(inc_id, event, "recovery", f"{node} returned to service",
+                                  "node-returned")
         signal = power.observe(ctx, event, planned.observe(ctx, event, self.rules.signal_rule(
             event.type, event.attributes, event.message)))
         if signal is not None and event.project and not event.job_id and not rows:

@@ -95,6 +95,7 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
                   event.time, rule.name, event.id)
         ctx.book.evidence(parent, event, "consequence", f"{rule.why or rule.klass}, on a node the "
                           "incident already holds, after its cause", rule.name)
+        actions.for_consequence(ctx, parent, event.time, event, rule.klass, rule.name)
     elif open_id is not None:
         join(ctx, open_id, signal)
         self_impact(ctx, open_id, event, rule)

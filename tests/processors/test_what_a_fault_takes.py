@@ -100,3 +100,53 @@ def test_a_power_loss_takes_the_nodes_own_ports_and_no_others() -> None:
             _event("node.xid", 1, Scope.gpu, "node-007/gpu1", "node-007", xid=79)]
     assert [rule_of(e).name for e in kept] == [  # type: ignore[attr-defined]
         "ib-port-flap", "node-not-ready", "gpu-xid-fatal"]
+
+
+def test_what_is_still_drained_is_read_off_the_evidence() -> None:
+    """Drained, then back (node.ready after the drain): out of the list; drained again, or
+    drained and never back: in it, since its first drain; a moved piece does not count."""
+    from processors.incidents.aggregate import still_drained
+
+    def at(minute: int) -> datetime:
+        from datetime import timedelta
+        return T + timedelta(minutes=minute)
+
+    evidence = [(at(1), "node.drained", "node-005", "consequence"),
+                (at(2), "node.drained", "node-006/gpu3", "signal"),
+                (at(3), "node.ready", "node-005", "recovery"),
+                (at(4), "node.drained", "node-007", "moved"),
+                (at(5), "node.drained", "node-006", "consequence")]
+    assert still_drained(evidence) == [("node-006", at(2))]
+
+
+def test_a_consequence_for_another_team_is_heard_by_that_team() -> None:
+    """The network team's incident holds a GPU off the bus and a drained node: hardware ops'
+    subscription (`team=hardware-ops`) is told, once, `followup_proposed` (and, the
+    follow-ups being there within the first wait, of the opening too); the network team's
+    hears its incident as before, and not of another team's follow-up."""
+    from datetime import timedelta
+
+    from jobtrail.learn.scenarios import LIBRARY, load, run
+    from processors.notify.decide import decide, labels
+    from processors.notify.model import Matcher, Subscription
+
+    scenario = load(LIBRARY / "consequences-get-their-own-owners.yaml")
+    log, _ = run(scenario)
+    (network,) = {e.incident_id for e in log if e.kind == "opened"}
+    logs = {network: [e for e in log if e.incident_id == network]}
+
+    def sub(team: str) -> Subscription:
+        return Subscription.model_validate({
+            "id": f"sub-{team}", "name": team, "owner": f"team:{team}",
+            "matchers": [Matcher.parse(f"team={team}").model_dump()],
+            "channel": {"kind": "webhook", "target": "env:HOOK"}})
+
+    later = scenario.start + timedelta(hours=2)
+    decided = decide([sub("hardware-ops"), sub("network")], [], logs, later)
+    heard = {(d.subscription_id, d.transition) for d in decided if d.status == "pending"}
+    assert ("sub-hardware-ops", "followup_proposed") in heard
+    assert [t for s, t in heard if s == "sub-hardware-ops"].count("followup_proposed") == 1
+    assert ("sub-network", "opened") in heard and ("sub-network", "followup_proposed") \
+        not in heard
+    from processors.incidents.model import fold
+    assert labels(fold(log)[network])["team"] == ("network", "hardware-ops")
