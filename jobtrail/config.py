@@ -6,41 +6,22 @@ Setting `JOBTRAIL_KAFKA` (bootstrap `host:port`) selects cluster mode.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from jobtrail import variables
 from jobtrail.identity.config import OidcConfig
-from jobtrail.identity.principal import ROLES, check_grants
 from jobtrail.reports.retention import RetentionPolicy
+from jobtrail.variables import SettingError
 
 if TYPE_CHECKING:
     from ingest.adapters import AdapterConfig
+    from processors.incidents.rules import Rules
+    from schemas.topology import TopologyFile
 
-
-def _int(env: Mapping[str, str], key: str, default: int) -> int:
-    raw = env.get(key)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{key} must be an integer, got {raw!r}") from None
-
-
-def _float(env: Mapping[str, str], key: str, default: float) -> float:
-    raw = env.get(key)
-    if raw is None or raw == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"{key} must be a number, got {raw!r}") from None
-
-
-def _never(seconds: float) -> float | None:
-    return None if seconds < 0 else seconds
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -65,10 +46,10 @@ class Settings:
     """How long the worker retries a ClickHouse that does not answer before it exits (without
     committing) for its supervisor to restart it."""
     session_timeout_s: float = 30.0
-    worker_port: int = 0
-    """Where `jobtrail worker` serves /livez, /healthz and /metrics (on `http_host`); 0: not."""
     """How long the consumer group waits for a silent worker before its partitions move to
     the others (Kafka's session timeout; heartbeats go every tenth of it)."""
+    worker_port: int = 0
+    """Where `jobtrail worker` serves /livez, /healthz and /metrics (on `http_host`); 0: not."""
     batch_size: int = 5000
     batch_seconds: float = 0.5
     wire_batch: int = 500
@@ -94,6 +75,9 @@ class Settings:
     topology_file: Path | None = None
     http_host: str = "127.0.0.1"
     http_port: int = 8080
+    allow_unauthenticated: bool = False
+    """Whether `serve` may listen beyond loopback with no credential configured
+    (`JOBTRAIL_ALLOW_UNAUTHENTICATED`): an explicit opt-in, never a default."""
     parse_budget_s: float = 30.0
     """How long one `POST /v1/ingest/{adapter}` payload may take to parse; past it the
     request is answered 413 and nothing of it is accepted."""
@@ -152,9 +136,9 @@ class Settings:
     `/v1/subscriptions/{id}/test` answers after this long whatever the cause (no timing
     oracle)."""
     channel_env_prefix: str = "JOBTRAIL_CHANNEL_"
+    """The only environment variables a channel's `url_env`/`secret_env` may name."""
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     """Days each class of rows is kept (`JOBTRAIL_RETENTION_*_DAYS`; jobtrail.reports.retention)."""
-    """The only environment variables a channel's `url_env`/`secret_env` may name."""
     alerts_interval_s: float = 5.0
     """How often `jobtrail serve` (embedded mode) decides and delivers notifications (0: it
     does not; run `jobtrail notify`, as cluster mode does)."""
@@ -164,11 +148,53 @@ class Settings:
         """Whether any credential is configured (else the API is open: local use only)."""
         return bool(self.api_tokens or self.oidc or self.auth_proxy_header)
 
+    def check_listener(self) -> None:
+        """Refuse (SettingError) to serve the API beyond loopback with no credential: it
+        would serve reads and writes of every project to anyone who reaches the address."""
+        if self.authenticated or self.allow_unauthenticated or loopback(self.http_host):
+            return
+        raise SettingError("JOBTRAIL_HTTP_HOST", f"{self.http_host!r} (or serve --host) is "
+                           "not a loopback address and no credential is configured "
+                           "(JOBTRAIL_API_TOKENS, "
+                           "JOBTRAIL_OIDC_ISSUER or JOBTRAIL_AUTH_PROXY_HEADER): anyone who "
+                           "reaches it could read and write every project. Configure one, "
+                           "listen on 127.0.0.1, or set JOBTRAIL_ALLOW_UNAUTHENTICATED=1 to "
+                           "serve it open on purpose")
+
     def adapter_config(self) -> AdapterConfig:
-        """The adapters' mapping files, loaded and validated (raises ValueError naming them)."""
+        """The adapters' mapping files, loaded and validated (SettingError naming the
+        variable and the file)."""
         from ingest.adapters import AdapterConfig
 
-        return AdapterConfig.load(self.alert_mapping, self.cloudevents_mapping)
+        alerts = _file("JOBTRAIL_ALERT_MAPPING", self.alert_mapping,
+                       lambda path: AdapterConfig.load(alert_mapping=path))
+        events = _file("JOBTRAIL_CLOUDEVENTS_MAPPING", self.cloudevents_mapping,
+                       lambda path: AdapterConfig.load(cloudevents_mapping=path))
+        return AdapterConfig(alerts.alert_mapping if alerts else None,
+                             events.cloudevents_mapping if events else None)
+
+    def topology_spec(self) -> TopologyFile | None:
+        """The topology file (`JOBTRAIL_TOPOLOGY`), validated; None when unset."""
+        from schemas import topology
+
+        return _file("JOBTRAIL_TOPOLOGY", self.topology_file, lambda p: topology.load(Path(p)))
+
+    def rules(self) -> Rules:
+        """The incident rules (`JOBTRAIL_RULES`, else the built-in ones), validated."""
+        from processors.incidents.rules import load_rules
+
+        if self.rules_file is None:
+            return load_rules(None)
+        loaded = _file("JOBTRAIL_RULES", self.rules_file, lambda p: load_rules(Path(p)))
+        assert loaded is not None
+        return loaded
+
+    def check_files(self) -> None:
+        """Read and validate every file a setting names (mapping files, rules, topology),
+        so a long-running process refuses a bad one at start, naming the variable."""
+        self.adapter_config()
+        self.rules()
+        self.topology_spec()
 
     @property
     def cluster_mode(self) -> bool:
@@ -186,128 +212,135 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
-        tokens: dict[str, tuple[str, ...]] = {}
-        # JOBTRAIL_API_TOKENS="tok1=proj-a,proj-b;tok2=proj-c"
-        for entry in filter(None, (env.get("JOBTRAIL_API_TOKENS") or "").split(";")):
-            token, _, projects = entry.partition("=")
-            if not token or not projects:
-                raise ValueError("JOBTRAIL_API_TOKENS entries look like token=proj-a,proj-b")
-            tokens[token.strip()] = tuple(p.strip() for p in projects.split(",") if p.strip())
-            check_grants(tokens[token.strip()])
-        public_url = (env.get("JOBTRAIL_PUBLIC_URL") or "http://localhost:8080").rstrip("/")
+        """Every `JOBTRAIL_*` variable parsed by its kind (`jobtrail.variables`), then the
+        rules between them; `SettingError` names the variable refused."""
+        v = variables.read(env)
+        public_url = v["JOBTRAIL_PUBLIC_URL"].rstrip("/")
         return cls(
-            home=Path(env.get("JOBTRAIL_HOME") or "var"),
-            clickhouse_dsn=env.get("JOBTRAIL_CLICKHOUSE", ""),
-            database=env.get("JOBTRAIL_DATABASE") or "jobtrail",
-            clickhouse_cluster=env.get("JOBTRAIL_CLICKHOUSE_CLUSTER", ""),
-            clickhouse_timeout_s=_float(env, "JOBTRAIL_CLICKHOUSE_TIMEOUT_S", 60.0),
-            kafka=env.get("JOBTRAIL_KAFKA", ""),
-            topic_prefix=env.get("JOBTRAIL_TOPIC_PREFIX", "jobtrail."),
-            partitions=_int(env, "JOBTRAIL_PARTITIONS", 1),
-            app_id=env.get("JOBTRAIL_APP_ID") or "jobtrail-worker",
-            session_timeout_s=_float(env, "JOBTRAIL_SESSION_TIMEOUT_S", 30.0),
-            store_retry_s=_float(env, "JOBTRAIL_STORE_RETRY_S", 300.0),
-            worker_port=_int(env, "JOBTRAIL_WORKER_PORT", 0),
-            batch_size=_int(env, "JOBTRAIL_BATCH_SIZE", 5000),
-            batch_seconds=_float(env, "JOBTRAIL_BATCH_SECONDS", 0.5),
-            wire_batch=max(1, _int(env, "JOBTRAIL_WIRE_BATCH", 500)),
-            wire_key=(env.get("JOBTRAIL_WIRE_KEY") or "").encode(),
-            attribution_slack_s=_float(env, "JOBTRAIL_ATTRIBUTION_SLACK_S", 30.0),
-            lateness_s=_float(env, "JOBTRAIL_LATENESS_S", 600.0),
-            lateness_given=(env.get("JOBTRAIL_LATENESS_S") or "") != "",
-            evict_after_s=_never(_float(env, "JOBTRAIL_EVICT_AFTER_S", 3600.0)),
-            evict_quiet_s=_never(_float(env, "JOBTRAIL_EVICT_QUIET_S", 86400.0)),
-            topology_file=Path(env["JOBTRAIL_TOPOLOGY"]) if env.get("JOBTRAIL_TOPOLOGY") else None,
-            http_host=env.get("JOBTRAIL_HTTP_HOST") or "127.0.0.1",
-            http_port=_int(env, "JOBTRAIL_HTTP_PORT", 8080),
-            parse_budget_s=_float(env, "JOBTRAIL_PARSE_BUDGET_S", 30.0),
-            alert_mapping=env.get("JOBTRAIL_ALERT_MAPPING", ""),
-            cloudevents_mapping=env.get("JOBTRAIL_CLOUDEVENTS_MAPPING", ""),
-            rules_file=Path(env["JOBTRAIL_RULES"]) if env.get("JOBTRAIL_RULES") else None,
-            api_tokens=tokens,
-            log_fsync=_fsync(env.get("JOBTRAIL_LOG_FSYNC") or "always"),
-            snapshot_interval_s=_float(env, "JOBTRAIL_SNAPSHOT_INTERVAL_S", 10.0),
-            gc_young=max(0, _int(env, "JOBTRAIL_GC_YOUNG", 50_000)),
+            home=Path(v["JOBTRAIL_HOME"]),
+            clickhouse_dsn=v["JOBTRAIL_CLICKHOUSE"],
+            database=v["JOBTRAIL_DATABASE"],
+            clickhouse_cluster=v["JOBTRAIL_CLICKHOUSE_CLUSTER"],
+            clickhouse_timeout_s=v["JOBTRAIL_CLICKHOUSE_TIMEOUT_S"],
+            kafka=v["JOBTRAIL_KAFKA"],
+            topic_prefix=v["JOBTRAIL_TOPIC_PREFIX"],
+            partitions=v["JOBTRAIL_PARTITIONS"],
+            app_id=v["JOBTRAIL_APP_ID"],
+            session_timeout_s=v["JOBTRAIL_SESSION_TIMEOUT_S"],
+            store_retry_s=v["JOBTRAIL_STORE_RETRY_S"],
+            worker_port=v["JOBTRAIL_WORKER_PORT"],
+            batch_size=v["JOBTRAIL_BATCH_SIZE"],
+            batch_seconds=v["JOBTRAIL_BATCH_SECONDS"],
+            wire_batch=v["JOBTRAIL_WIRE_BATCH"],
+            wire_key=v["JOBTRAIL_WIRE_KEY"].encode(),
+            attribution_slack_s=v["JOBTRAIL_ATTRIBUTION_SLACK_S"],
+            lateness_s=v["JOBTRAIL_LATENESS_S"],
+            lateness_given=variables.given(env, "JOBTRAIL_LATENESS_S"),
+            evict_after_s=v["JOBTRAIL_EVICT_AFTER_S"],
+            evict_quiet_s=v["JOBTRAIL_EVICT_QUIET_S"],
+            topology_file=_path(v["JOBTRAIL_TOPOLOGY"]),
+            http_host=v["JOBTRAIL_HTTP_HOST"],
+            http_port=v["JOBTRAIL_HTTP_PORT"],
+            allow_unauthenticated=v["JOBTRAIL_ALLOW_UNAUTHENTICATED"],
+            parse_budget_s=v["JOBTRAIL_PARSE_BUDGET_S"],
+            alert_mapping=v["JOBTRAIL_ALERT_MAPPING"],
+            cloudevents_mapping=v["JOBTRAIL_CLOUDEVENTS_MAPPING"],
+            rules_file=_path(v["JOBTRAIL_RULES"]),
+            api_tokens=v["JOBTRAIL_API_TOKENS"],
+            log_fsync=v["JOBTRAIL_LOG_FSYNC"],
+            snapshot_interval_s=v["JOBTRAIL_SNAPSHOT_INTERVAL_S"],
+            gc_young=v["JOBTRAIL_GC_YOUNG"],
             public_url=public_url,
-            identity=(env.get("JOBTRAIL_IDENTITY") or "").strip(),
-            session_key=(env.get("JOBTRAIL_SESSION_KEY") or "").encode(),
-            session_max_age_s=_float(env, "JOBTRAIL_SESSION_MAX_AGE_S", 8 * 3600),
-            oidc=_oidc(env, public_url),
-            **_proxy(env),
-            grafana_url=(env.get("JOBTRAIL_GRAFANA_URL") or "http://localhost:3000").rstrip("/"),
-            smtp=env.get("JOBTRAIL_SMTP", ""),
-            smtp_from=env.get("JOBTRAIL_SMTP_FROM") or "jobtrail@localhost",
-            smtp_starttls=(env.get("JOBTRAIL_SMTP_STARTTLS") or "") in ("1", "true", "yes"),
-            delivery_attempts=max(1, _int(env, "JOBTRAIL_DELIVERY_ATTEMPTS", 8)),
-            alerts_interval_s=_float(env, "JOBTRAIL_ALERTS_INTERVAL_S", 5.0),
-            alert_hosts=tuple(h.strip() for h in (env.get("JOBTRAIL_ALERT_HOSTS") or "")
-                              .split(",") if h.strip()),
-            alert_timeout_s=_float(env, "JOBTRAIL_ALERT_TIMEOUT_S", 10.0),
-            channel_env_prefix=_env_prefix(env.get("JOBTRAIL_CHANNEL_ENV_PREFIX")),
-            retention=RetentionPolicy.from_env(env),
+            identity=v["JOBTRAIL_IDENTITY"],
+            session_key=v["JOBTRAIL_SESSION_KEY"].encode(),
+            session_max_age_s=v["JOBTRAIL_SESSION_MAX_AGE_S"],
+            oidc=_oidc(v, public_url),
+            **_proxy(v),
+            grafana_url=v["JOBTRAIL_GRAFANA_URL"].rstrip("/"),
+            smtp=v["JOBTRAIL_SMTP"],
+            smtp_from=v["JOBTRAIL_SMTP_FROM"],
+            smtp_starttls=v["JOBTRAIL_SMTP_STARTTLS"],
+            delivery_attempts=v["JOBTRAIL_DELIVERY_ATTEMPTS"],
+            alerts_interval_s=v["JOBTRAIL_ALERTS_INTERVAL_S"],
+            alert_hosts=v["JOBTRAIL_ALERT_HOSTS"],
+            alert_timeout_s=v["JOBTRAIL_ALERT_TIMEOUT_S"],
+            channel_env_prefix=_env_prefix(v["JOBTRAIL_CHANNEL_ENV_PREFIX"]),
+            retention=RetentionPolicy.from_values(v),
         )
 
 
-def _role(env: Mapping[str, str], key: str) -> str:
-    role = env.get(key) or "viewer"
-    if role not in ROLES:
-        raise ValueError(f"{key} must be one of {', '.join(ROLES)}, got {role!r}")
-    return role
+def loopback(host: str) -> bool:
+    """Whether every address `host` names is a loopback one (an address literal, or a name
+    resolved here: `localhost`); the unspecified address (all interfaces) is not."""
+    import ipaddress
+    import socket
+
+    def one(text: str) -> bool:
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+            address = address.ipv4_mapped
+        return address.is_loopback
+
+    try:
+        return one(host.strip("[]"))
+    except ValueError:
+        pass
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return False
+    return bool(found) and all(one(str(a)) for a in found)
 
 
-def _oidc(env: Mapping[str, str], public_url: str) -> OidcConfig | None:
-    issuer = env.get("JOBTRAIL_OIDC_ISSUER") or ""
+def _file(variable: str, path: str | Path | None, load: Callable[[str], T]) -> T | None:
+    """What `load` reads from the file a variable names (None when unset); a file that
+    cannot be read or is refused is a SettingError naming the variable and the file."""
+    import yaml
+
+    if not path:
+        return None
+    try:
+        return load(str(path))
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        reason = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+        raise SettingError(variable, reason.replace("\n", " ")) from None
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _oidc(v: Mapping[str, Any], public_url: str) -> OidcConfig | None:
+    issuer = v["JOBTRAIL_OIDC_ISSUER"]
     if not issuer:
         return None
-    client = env.get("JOBTRAIL_OIDC_CLIENT_ID") or ""
-    if not client:
-        raise ValueError("JOBTRAIL_OIDC_CLIENT_ID is required with JOBTRAIL_OIDC_ISSUER")
+    if not v["JOBTRAIL_OIDC_CLIENT_ID"]:
+        raise SettingError("JOBTRAIL_OIDC_CLIENT_ID", "required with JOBTRAIL_OIDC_ISSUER")
     return OidcConfig(
-        issuer=issuer, client_id=client,
-        client_secret=env.get("JOBTRAIL_OIDC_CLIENT_SECRET") or "",
-        redirect_uri=env.get("JOBTRAIL_OIDC_REDIRECT") or f"{public_url}/auth/callback",
-        scopes=env.get("JOBTRAIL_OIDC_SCOPES") or "openid profile email",
-        user_claim=env.get("JOBTRAIL_OIDC_USER_CLAIM") or "preferred_username",
-        teams_claim=env.get("JOBTRAIL_OIDC_TEAMS_CLAIM") or "groups",
-        projects_claim=env.get("JOBTRAIL_OIDC_PROJECTS_CLAIM") or "projects",
-        role_claim=env.get("JOBTRAIL_OIDC_ROLE_CLAIM") or "jobtrail_role",
-        default_role=_role(env, "JOBTRAIL_OIDC_DEFAULT_ROLE"))
+        issuer=issuer, client_id=v["JOBTRAIL_OIDC_CLIENT_ID"],
+        client_secret=v["JOBTRAIL_OIDC_CLIENT_SECRET"],
+        redirect_uri=v["JOBTRAIL_OIDC_REDIRECT"] or f"{public_url}/auth/callback",
+        scopes=v["JOBTRAIL_OIDC_SCOPES"], user_claim=v["JOBTRAIL_OIDC_USER_CLAIM"],
+        teams_claim=v["JOBTRAIL_OIDC_TEAMS_CLAIM"],
+        projects_claim=v["JOBTRAIL_OIDC_PROJECTS_CLAIM"],
+        role_claim=v["JOBTRAIL_OIDC_ROLE_CLAIM"], default_role=v["JOBTRAIL_OIDC_DEFAULT_ROLE"])
 
 
-def _proxy(env: Mapping[str, str]) -> dict[str, Any]:
-    import ipaddress
-
-    header = (env.get("JOBTRAIL_AUTH_PROXY_HEADER") or "").strip()
-    addresses = tuple(a.strip() for a in (env.get("JOBTRAIL_AUTH_PROXY_ADDRESSES") or "")
-                      .split(",") if a.strip())
-    for address in addresses:
-        try:
-            ipaddress.ip_network(address, strict=False)
-        except ValueError:
-            raise ValueError(f"JOBTRAIL_AUTH_PROXY_ADDRESSES: {address!r} is not an address "
-                             "or network") from None
+def _proxy(v: Mapping[str, Any]) -> dict[str, Any]:
+    header, addresses = v["JOBTRAIL_AUTH_PROXY_HEADER"], v["JOBTRAIL_AUTH_PROXY_ADDRESSES"]
     if header and not addresses:
-        raise ValueError("JOBTRAIL_AUTH_PROXY_HEADER needs JOBTRAIL_AUTH_PROXY_ADDRESSES (the "
-                         "proxy's addresses: the header is trusted from them only)")
+        raise SettingError("JOBTRAIL_AUTH_PROXY_HEADER", "needs JOBTRAIL_AUTH_PROXY_ADDRESSES "
+                           "(the proxy's addresses: the header is trusted from them only)")
     return {"auth_proxy_header": header, "auth_proxy_addresses": addresses,
-            "auth_proxy_teams_header": env.get("JOBTRAIL_AUTH_PROXY_TEAMS_HEADER") or "",
-            "auth_proxy_projects_header": env.get("JOBTRAIL_AUTH_PROXY_PROJECTS_HEADER") or "",
-            "auth_proxy_role_header": env.get("JOBTRAIL_AUTH_PROXY_ROLE_HEADER") or "",
-            "auth_proxy_default_role": _role(env, "JOBTRAIL_AUTH_PROXY_DEFAULT_ROLE")}
+            "auth_proxy_teams_header": v["JOBTRAIL_AUTH_PROXY_TEAMS_HEADER"],
+            "auth_proxy_projects_header": v["JOBTRAIL_AUTH_PROXY_PROJECTS_HEADER"],
+            "auth_proxy_role_header": v["JOBTRAIL_AUTH_PROXY_ROLE_HEADER"],
+            "auth_proxy_default_role": v["JOBTRAIL_AUTH_PROXY_DEFAULT_ROLE"]}
 
 
-def _fsync(value: str) -> Literal["always", "never"]:
-    if value == "always":
-        return "always"
-    if value == "never":
-        return "never"
-    raise ValueError(f"JOBTRAIL_LOG_FSYNC must be always or never, got {value!r}")
-
-
-def _env_prefix(value: str | None) -> str:
+def _env_prefix(prefix: str) -> str:
     """A prefix long enough to name a family of variables (never all of JOBTRAIL_)."""
-    prefix = "JOBTRAIL_CHANNEL_" if value is None or value == "" else value
-    if len(prefix) < 4 or prefix.upper() in ("JOBTRAIL_", "JOBTRAIL"):
-        raise ValueError("JOBTRAIL_CHANNEL_ENV_PREFIX must name a family of variables of "
-                         f"their own (e.g. JOBTRAIL_CHANNEL_), got {prefix!r}")
+    if prefix.upper() in ("JOBTRAIL_", "JOBTRAIL"):
+        raise SettingError("JOBTRAIL_CHANNEL_ENV_PREFIX", "must name a family of variables of "
+                           f"their own (e.g. JOBTRAIL_CHANNEL_), got {prefix!r}")
     return prefix

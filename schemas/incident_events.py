@@ -313,6 +313,9 @@ def _assessed_v1(data: dict[str, Any]) -> dict[str, Any]:
 
 class Resolved(Payload):
     KIND = "resolved"
+    text: str = ""
+    """How it was resolved (optional: the Resolution section and the resolved message say
+    it)."""
 
 
 class Reopened(Payload):

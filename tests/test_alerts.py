@@ -220,6 +220,27 @@ def test_a_backfill_of_old_history_pages_nobody() -> None:
     assert [d.status for d in kept if d.key == "first"] == ["pending"]
 
 
+def test_an_incident_over_before_it_was_seen_pages_nobody_unless_asked() -> None:
+    """ib-flap-64 recovered at 10:40 (event time). Seen live (its log recorded as it
+    happened), every transition is sent; first seen a week later (a backfill), none is,
+    each saying why; a subscription with `history` still gets them."""
+    story = Story("ib-flap-64")
+    inc = story.main.id
+    live = {inc: story.log[0].time}
+    week = {inc: story.log[-1].time + timedelta(days=7)}
+    net = sub("network", "team=network")
+    assert sent(decide([net], [], story.logs(), LATER, seen=live))
+    backfill = [d for d in decide([net], [], story.logs(), LATER, seen=week)
+                if d.incident_id == inc]
+    assert backfill and not sent(backfill)
+    assert {d.reason for d in backfill if d.reason.startswith("history:")} == {
+        "history: over at 2026-11-30 10:40 UTC, before jobtrail saw it at 2026-12-07 10:40 "
+        "UTC (a backfill); a subscription with history pages it"}
+    asked = sub("network", "team=network", history=True)
+    assert [d.id for d in sent(decide([asked], [], story.logs(), LATER, seen=week))] == [
+        d.id for d in sent(decide([net], [], story.logs(), LATER, seen=live))]
+
+
 def test_a_subscription_sees_only_its_projects() -> None:
     story = Story("leaf-breaks-five-jobs")
     projects = story.main.projects
@@ -268,15 +289,17 @@ def test_channel_shapes() -> None:
     msg = _msg()
     msg["incident"]["cause"]["explanation"] = "<script>x</script> & <https://evil|click>"
     slack = channels.slack(msg)
-    assert set(slack) == {"text", "blocks"} and slack["text"]
-    kinds = [b["type"] for b in slack["blocks"]]
-    assert kinds == ["header", "section", "section", "actions", "context"]
+    assert set(slack) == {"text", "blocks", "attachments"} and slack["text"]
+    blocks = [*slack["blocks"], *slack["attachments"][0]["blocks"]]
+    kinds = [b["type"] for b in blocks]
+    assert kinds == ["header", "section", "section", "section", "section", "actions",
+                     "context"]
     assert slack["blocks"][0]["text"]["type"] == "plain_text"
     assert len(slack["blocks"][0]["text"]["text"]) <= 150
-    assert "&lt;https://evil|click&gt;" in slack["blocks"][1]["text"]["text"]  # no link
-    assert len(slack["blocks"][2]["fields"]) <= 10
+    assert "&lt;https://evil|click&gt;" in blocks[3]["text"]["text"]  # no link
+    assert len(blocks[2]["fields"]) <= 10
     assert all(e["type"] == "button" and e["url"].startswith("https://")
-               for e in slack["blocks"][3]["elements"])
+               for e in blocks[5]["elements"])
     mm = channels.mattermost(msg)
     assert mm["text"] and mm["attachments"][0]["fields"]
     assert mm["attachments"][0]["title_link"] == msg["links"]["incident"]
@@ -286,7 +309,8 @@ def test_channel_shapes() -> None:
     assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
     card = attachment["content"]
     assert card["type"] == "AdaptiveCard" and card["version"] == "1.4"
-    assert [b["type"] for b in card["body"]] == ["TextBlock", "TextBlock", "FactSet"]
+    assert [b["type"] for b in card["body"]][:4] == ["Container", "TextBlock", "FactSet",
+                                                     "TextBlock"]
     assert all(a["type"] == "Action.OpenUrl" for a in card["actions"])
     mail = channels.email(msg, to="net@example.com", sender="jobtrail@example.com",
                           unsubscribe="https://jt.example/u?token=t", at=LATER)

@@ -71,7 +71,7 @@ class Rig:
             "id": sub_id, "name": name, "owner": f"team:{name}",
             "matchers": [Matcher.parse(m).model_dump() for m in matchers],
             "channel": {"kind": kind, "target": target, "secret": secret},
-            "repeat_s": 0, "max_age_s": 0, **extra})
+            "repeat_s": 0, "max_age_s": 0, "history": True, **extra})
         return self.alerts.put_subscription(sub, by="test")
 
     def run(self, at: datetime) -> list[Any]:

@@ -47,16 +47,17 @@ def test_subscribe_then_the_sample_scenario_delivers_to_each_channel(tmp_path: P
         def run(*args: str) -> str:
             return cli(home, *args, env=env).stdout
 
-        made = run("subscribe", "fabric", "--owner", "team:network", "--match", "team=network",
-                   "--channel", "webhook", "--url", f"{box.url}/hook")
+        # the sample is last week's: --history pages what was over before it was seen
+        made = run("subscribe", "fabric", "--history", "--owner", "team:network", "--match",
+                   "team=network", "--channel", "webhook", "--url", f"{box.url}/hook")
         box.secrets["/hook"] = [_secret(made)]
-        run("subscribe", "fabric-chat", "--owner", "team:network", "--match", "team=network",
-            "--match", "severity=~sev[12]", "--channel", "slack", "--url",
+        run("subscribe", "fabric-chat", "--history", "--owner", "team:network", "--match",
+            "team=network", "--match", "severity=~sev[12]", "--channel", "slack", "--url",
             f"{box.url}/services/T0/B0/secretpath")
-        run("subscribe", "fabric-mail", "--owner", "team:network", "--match", "team=network",
-            "--channel", "email", "--to", "net-oncall@example.com")
-        run("subscribe", "disks", "--owner", "team:storage", "--match", "team=storage",
-            "--channel", "webhook", "--url", f"{box.url}/storage")
+        run("subscribe", "fabric-mail", "--history", "--owner", "team:network", "--match",
+            "team=network", "--channel", "email", "--to", "net-oncall@example.com")
+        run("subscribe", "disks", "--history", "--owner", "team:storage", "--match",
+            "team=storage", "--channel", "webhook", "--url", f"{box.url}/storage")
         listed = run("subscriptions")
         assert len(listed.splitlines()) == 4 and "secretpath" not in listed
         assert "slack:http://127.0.0.1/…" in listed
@@ -77,7 +78,7 @@ def test_subscribe_then_the_sample_scenario_delivers_to_each_channel(tmp_path: P
             "&var-attempt=1&from=")
         chat = box.at("/services/T0/B0/secretpath")
         assert len(chat) == len(hooks)  # sev1: the same transitions as the webhook
-        assert {"text", "blocks"} == set(chat[0].json)
+        assert {"text", "blocks", "attachments"} == set(chat[0].json)
         assert len(mail.messages) == len(hooks)
         assert mail.messages[0]["To"] == "net-oncall@example.com"
         assert "leaf-05/p9" in mail.messages[0]["Subject"]
@@ -111,8 +112,8 @@ def test_sigkill_mid_send_is_at_least_once_under_the_same_webhook_id(tmp_path: P
     with receiver() as box:
         env = {"JOBTRAIL_TOPOLOGY": TOPOLOGY, "JOBTRAIL_ALERT_HOSTS": "127.0.0.1"}
         home = _ingested(tmp_path, env)
-        made = cli(home, "subscribe", "fabric", "--owner", "team:network", "--match",
-                   "team=network", "--on", "opened", "--channel", "webhook", "--url",
+        made = cli(home, "subscribe", "fabric", "--history", "--owner", "team:network",
+                   "--match", "team=network", "--on", "opened", "--channel", "webhook", "--url",
                    f"{box.url}/hook", env=env).stdout
         box.secrets["/hook"] = [_secret(made)]
         box.on("/hook", (200, {}, 6.0))  # the first answer is slow: the worker dies waiting
@@ -144,7 +145,7 @@ def test_http_subscriptions_are_bound_to_the_tokens_projects(tmp_path: Path) -> 
         home = _ingested(tmp_path, env)
         with serve(home, env) as server:
             api = f"{server.url}/v1/subscriptions"
-            body: dict[str, Any] = {"name": "ours", "owner": "team:llm",
+            body: dict[str, Any] = {"name": "ours", "owner": "team:llm", "history": True,
                                     "matchers": ["severity=~sev[12]"],
                                     "channel": {"kind": "webhook", "url": f"{box.url}/llm"}}
             foreign = http("POST", api, {**body, "projects": ["vision"]}, token="tok-llm")
@@ -197,3 +198,29 @@ def test_http_subscriptions_are_bound_to_the_tokens_projects(tmp_path: Path) -> 
             after = http("GET", f"{api}/{sub['id']}", token="tok-llm").body
             assert after["enabled"] is False
             assert http("DELETE", f"{api}/{sub['id']}", token="tok-llm").status == 200
+
+
+def test_a_backfill_pages_only_what_is_not_over_and_says_how_old_it_is(
+        tmp_path: Path) -> None:
+    """The sample is last week's events, ingested (seen) today. Its network incident was
+    over (the job recovered) before jobtrail saw it: nobody is paged, and the outbox says
+    why. Its storage and node incidents are still open: paged, saying the event time, its
+    age and when jobtrail first saw them. With --history, the network one is paged too."""
+    with receiver() as box:
+        env = {"JOBTRAIL_TOPOLOGY": TOPOLOGY, "JOBTRAIL_ALERT_HOSTS": "127.0.0.1"}
+        home = _ingested(tmp_path, env)
+        cli(home, "subscribe", "all", "--owner", "team:ops", "--channel", "webhook",
+            "--url", f"{box.url}/live", env=env)
+        cli(home, "subscribe", "past", "--history", "--owner", "team:ops", "--channel",
+            "webhook", "--url", f"{box.url}/past", env=env)
+        cli(home, "notify", "--once", env=env)
+        live = [r.json for r in box.unique("/live").values()]
+        past = [r.json for r in box.unique("/past").values()]
+        assert {m["incident"]["class"] for m in live} == {"storage_io", "node_failure"}
+        assert "network" in {m["incident"]["class"] for m in past}
+        outbox = cli(home, "notifications", env=env).stdout
+        assert re.search(r"history: over at 2026-11-30 \d\d:\d\d UTC, before jobtrail saw it "
+                         r"at 20\d\d-\d\d-\d\d \d\d:\d\d UTC \(a backfill\)", outbox), outbox
+        for m in live:
+            assert m["age_s"] > 86400 and m["push"].endswith(" days ago)")
+            assert m["incident"]["seen_at"][:10] != m["time"][:10]

@@ -449,7 +449,7 @@ def test_entity_board_says_what_jobtrail_entity_says(stories: dict[str, Story]) 
             for chosen in [projects, *([p] for p in projects)]:
                 view = story.board(board).select(
                     entity=entity, project=[ALL] if chosen == projects else chosen)
-                cli = story.cli_lines("entity", entity,
+                cli = story.cli_lines("entity", entity, "--json",
                                       *[a for p in chosen for a in ("--project", p)],
                                       "--since", story.start.isoformat(),
                                       "--until", story.end.isoformat())

@@ -10,9 +10,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+
+from jobtrail.config import Settings
+from jobtrail.variables import SettingError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -126,3 +130,35 @@ def test_grafana_provisioning_matches_the_dashboards() -> None:
     for board in boards.values():
         for panel in board["panels"]:
             assert panel["datasource"]["uid"] == source["uid"]
+
+
+def _container_settings(docs: list[dict[str, Any]], name: str,
+                        secret: dict[str, str]) -> Settings:
+    """The settings a container of the manifest starts with, given the Secret's keys."""
+    deployment = next(d for d in docs if d["metadata"]["name"] == name)
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    env = {**config, **secret, **{e["name"]: e["value"] for e in container.get("env", [])}}
+    settings = Settings.from_env(env)
+    args = container["args"]
+    if "--host" in args:
+        settings = settings.with_(http_host=args[args.index("--host") + 1])
+    return settings
+
+
+def test_the_api_deployment_starts_only_with_a_credential_in_the_secret() -> None:
+    docs = list(yaml.safe_load_all((ROOT / "deploy/k8s/jobtrail.yaml").read_text()))
+    secret = {"JOBTRAIL_CLICKHOUSE": "https://jobtrail:pw@clickhouse.db.svc:8443",
+              "JOBTRAIL_WIRE_KEY": "k" * 32}
+    with pytest.raises(SettingError, match=re.escape("JOBTRAIL_HTTP_HOST: '0.0.0.0'")):
+        _container_settings(docs, "jobtrail-api", secret).check_listener()
+    _container_settings(docs, "jobtrail-api", {**secret, "JOBTRAIL_API_TOKENS":
+                                               "tok-ops=*,role:admin"}).check_listener()
+    worker = _container_settings(docs, "jobtrail-worker", secret)  # probes only: no refusal
+    assert (worker.http_host, worker.worker_port, worker.authenticated) == ("0.0.0.0", 9108,
+                                                                            False)
+    header = (ROOT / "deploy/k8s/jobtrail.yaml").read_text().split("apiVersion", 1)[0]
+    assert "JOBTRAIL_API_TOKENS" in header and "refuses to start" in header
+    compose = yaml.safe_load((ROOT / "deploy/docker-compose.yml").read_text())["services"]
+    assert compose["api"]["environment"]["JOBTRAIL_API_TOKENS"].startswith("${JOBTRAIL_API_"
+                                                                          "TOKENS:?")

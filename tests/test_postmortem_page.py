@@ -150,10 +150,39 @@ def test_the_review_page_offers_what_each_state_allows(tmp_path: Path) -> None:
             sign_in("tok-cy")
             assert offered() == ["approve", "request-changes"]
             shot("in-review-reviewer")
+            # the reviewer asks for changes: the page says what, to everyone, and the author
+            # asks again
+            page.fill("form[data-verb=request-changes] input[name=comment]",
+                      "say which cable it was and how old")
+            submit("#actions form[data-verb=request-changes]")
+            assert page.locator("#pm-status").inner_text() == "draft"
+            assert page.locator("#changes-requested").inner_text() == (
+                "lead-cy requested changes: “say which cable it was and how old”")
+            assert "lead-cy requested changes: “say which cable it was and how old”" in \
+                page.locator("main").inner_text()
+            shot("changes-requested")
+            with page.expect_navigation(timeout=30_000):
+                page.click("#logout button")
+            sign_in("tok-llm")
+            assert page.locator("#changes-requested").count() == 1
+            page.fill("form[data-section=contributing] textarea",
+                      "The cable at leaf-01/p2 was five years old.")
+            submit("form[data-section=contributing]")
+            page.fill("input[name=reviewers]", "lead-cy")
+            submit("#actions form[data-verb=review]")
+            with page.expect_navigation(timeout=30_000):
+                page.click("#logout button")
+            sign_in("tok-cy")
             page.fill("form[data-verb=approve] input[name=comment]", "clear")
             submit("#actions form[data-verb=approve]")
             assert page.locator("#pm-status").inner_text() == "approved"
             assert page.locator("#approved-by").inner_text() == "lead-cy"
+            assert page.locator("#approval").inner_text() == "lead-cy approved: “clear”"
+            review = page.locator("main").inner_text()
+            assert "lead-cy approved: “clear”" in review
+            participants = review.split("Participants")[1].split("Impact")[0]
+            assert "lead-cy: reviewer, approver" in participants and "rita: reviewer" in \
+                participants
             assert offered() == ["draft", "publish"]
             shot("approved")
             for learning in ("sample", "monitor", "runbook"):
@@ -184,11 +213,52 @@ def test_the_review_page_offers_what_each_state_allows(tmp_path: Path) -> None:
             export.write_text(text)
             assert f"<style>{PAGE_CSS}</style>" in text and EXPORT_CSP in text
             page.goto(export.as_uri())
-            assert page.locator("#reviewers").inner_text() == "lead-cy, rita"
+            assert page.locator("#reviewers").inner_text() == "lead-cy"
+            assert "lead-cy requested changes: “say which cable it was and how old”" in \
+                page.locator("main").inner_text()
+            markdown = page.request.get(f"{api}?format=md",
+                                        headers={"Authorization": "Bearer tok-llm"}).text()
+            assert "lead-cy requested changes: “say which cable it was and how old”" in markdown
+            assert "lead-cy approved: “clear”" in markdown
             assert page.locator("main").evaluate(
                 "m => getComputedStyle(m).backgroundColor") == "rgb(255, 255, 255)"
             assert page.locator("#link-timeline").get_attribute("href") == timeline
             shot("export")
             assert errors == [], errors
+        finally:
+            browser.close()
+
+
+def test_the_impact_table_fits_at_1280_and_in_print(tmp_path: Path) -> None:
+    """Every table of the page (the Impact table's 14 columns) fits its column at a 1,280 px
+    window and on paper (print media at A4's 794 px): no column cut, nothing scrolled
+    sideways."""
+    from playwright.sync_api import sync_playwright
+
+    home, env, inc = _home(tmp_path)
+    shots = _artefacts(tmp_path)
+    cli(home, "postmortem", "draft", inc, env={**env, "JOBTRAIL_IDENTITY": "ic-ana"})
+    with serve(home, {**env, "JOBTRAIL_API_TOKENS": TOKENS}) as server, \
+            sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900},
+                                    extra_http_headers={"Authorization": "Bearer tok-llm"})
+            page.goto(f"{server.url}/incidents/{inc}/postmortem")
+            fits = """() => [...document.querySelectorAll('main table')].map(t => {
+                const main = document.querySelector('main').getBoundingClientRect();
+                const cells = [...t.querySelectorAll('th')];
+                return {columns: cells.length, scroll: t.scrollWidth - t.clientWidth,
+                        right: Math.max(...cells.map(c => c.getBoundingClientRect().right))
+                               - main.right};
+            })"""
+            for media, width in (("screen", 1280), ("print", 794)):
+                page.emulate_media(media=media)
+                page.set_viewport_size({"width": width, "height": 900})
+                tables = page.evaluate(fits)
+                assert max(t["columns"] for t in tables) == 14  # the Impact table is there
+                assert all(t["scroll"] <= 0 and t["right"] <= 1 for t in tables), \
+                    (media, tables)
+                page.screenshot(path=str(shots / f"impact-{media}.png"), full_page=True)
         finally:
             browser.close()

@@ -249,3 +249,41 @@ def test_a_monitor_is_checked_against_the_whole_library(tmp_path: Path) -> None:
     with pytest.raises(LearningFailed, match=r"the library scenario \S+ opens a new "
                                              r"storage_io incident .*\(a false incident"):
         check_monitor(sample, false)
+
+
+def test_the_review_loop_and_the_resolution_are_in_the_document() -> None:
+    """A reviewer's requested changes and the approval comment are in the Markdown (so on
+    the page and in the HTML export), the reviewer and approver are among the
+    Participants, the resolve note is the Resolution, and a learning's file is named
+    without the server's directories."""
+    from jobtrail.views.postmortem import export
+
+    story = Story("ib-flap-64")
+    story.do("ack", by="ic-ana")
+    story.do("resolve", by="ic-ana", text="replaced the cable at leaf-01/p2")
+    story.do("draft_postmortem", by="ic-ana")
+    for name in ("contributing", "mitigators"):
+        story.do("edit_postmortem", by="ic-ana", section=name, text="Written.")
+    story.do("request_review", by="ic-ana", reviewers=["lead-cy", "rita"])
+    story.do("request_changes", by="lead-cy", comment="say which cable and who replaced it")
+    story.do("request_review", by="ic-ana", reviewers=["lead-cy"])
+    story.do("approve_postmortem", by="lead-cy", comment="clear, thank you")
+    inc = story.do("record_learning", by="ic-ana", learning="sample",
+                   path="/srv/jobtrail/home/learnings/samples/sample-x.yaml",
+                   digest="ab" * 32, check="replayed: same incident")
+    markdown = draft.markdown(inc)
+    review = markdown.split("Review:\n\n")[1].split("\n\n")[0].splitlines()
+    assert review[1].endswith("lead-cy requested changes: “say which cable and who "
+                              "replaced it”")
+    assert review[3].endswith("lead-cy approved: “clear, thank you”")
+    assert review[0].endswith("ic-ana asked for review by lead-cy, rita")
+    people = markdown.split("## Participants")[1].split("## ")[0]
+    assert "- lead-cy: reviewer, approver" in people and "- rita: reviewer" in people
+    resolution = markdown.split("## Resolution")[1].split("## ")[0]
+    assert "ic-ana resolved: replaced the cable at leaf-01/p2" in resolution
+    learned = markdown.split("## Learnings")[1] if "## Learnings" in markdown else markdown
+    assert "/srv/jobtrail" not in markdown
+    assert "`learnings/samples/sample-x.yaml` (sha256 abababababab)" in learned
+    html = export(inc, "html")
+    assert "lead-cy requested changes: “say which cable and who replaced it”" in html
+    assert "lead-cy approved: “clear, thank you”" in html

@@ -219,7 +219,8 @@ def _sub(alerts: AlertStore, secrets: Secrets, name: str, url: str) -> Subscript
     return alerts.put_subscription(Subscription.model_validate({
         "id": f"sub-{name}", "name": name, "owner": f"team:{name}",
         "matchers": [Matcher.parse("team=network").model_dump()],
-        "channel": {"kind": "slack", "target": target}, "repeat_s": 0, "max_age_s": 0}),
+        "channel": {"kind": "slack", "target": target}, "repeat_s": 0, "max_age_s": 0,
+        "history": True}),
         by="test")
 
 

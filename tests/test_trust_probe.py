@@ -197,15 +197,16 @@ def _shared_incident(url: str) -> str:
     return str(listed[0]["incident_id"])
 
 
-def test_an_ack_link_obeys_the_api_s_policy_and_names_the_subscription_s_creator(
-        tmp_path: Path) -> None:
+def test_an_ack_link_obeys_the_api_s_policy_and_records_who_clicked(tmp_path: Path) -> None:
     """The probe: a tenant's own subscription (owner written as `team:network`) received the
     link of a shared incident; the API refused the tenant's `ack` (403), the link accepted
-    it, and the log said `team:network` did it."""
+    it, and the log said `team:network` did it. Now the link refuses what the API would, for
+    the subscription's creator and for the person who clicks, and records that person."""
     import time as clock
 
     from jobtrail.alerts.links import ack_link
     from jobtrail.alerts.secrets import Secrets
+    from tests.test_ack_link import _call
     from tests.test_trust import TOPOLOGY
     from tests.trust_kit import http, serve
 
@@ -227,14 +228,21 @@ def test_an_ack_link_obeys_the_api_s_policy_and_names_the_subscription_s_creator
         def link(token: str) -> str:
             return ack_link(server.url, Secrets(home), inc, subs[token], expires)
 
-        refused = http("POST", link("tok-llm"))
-        assert refused.status == 403 and "other project" in refused.body["error"]
-        assert http("GET", link("tok-llm")).status == 403
+        json = "application/json"
+        for clicker in ("tok-llm", "tok-both", "tok-ops"):  # alice's link: her projects only
+            refused = _call("POST", link("tok-llm"), token=clicker, accept=json)[0]
+            assert refused.status == 403 and "other project" in refused.body["error"]
+        assert _call("GET", link("tok-llm"), token="tok-both")[0].status == 403
+        # bob's link (he holds both projects), clicked by alice (she does not): refused
+        alice = _call("POST", link("tok-both"), token="tok-llm", accept=json)[0]
+        assert alice.status == 403 and "alice does not hold" in alice.body["error"]
         assert http("GET", f"{server.url}/v1/incidents/{inc}", token="tok-ops") \
             .body["status"] == "open"
-        done = http("POST", link("tok-both"))  # its creator holds every impacted project
-        assert done.status == 200, done.body
-        assert done.body["by"].startswith("person:bob via ack-link:")  # not team:network
+        done = _call("POST", link("tok-both"), token="tok-both", accept=json)[0]
+        assert done.status == 200 and done.body["state"] == "done", done.body
+        log = http("GET", f"{server.url}/v1/incidents/{inc}", token="tok-ops").body["log"]
+        (entry,) = [e for e in log if e["kind"] == "acknowledged"]
+        assert (entry["actor_kind"], entry["actor"]) == ("person", "bob")  # not team:network
 
 
 # --- the command line prints text, never terminal control ----------------------------------

@@ -113,6 +113,16 @@ class AlertStore:
             "AND acknowledged_at IS NULL AND mitigated_at IS NULL", since=since)
         return sorted(r["incident_id"] for r in rows)
 
+    def seen_at(self, incidents: Sequence[str] | None = None) -> dict[str, datetime]:
+        """When jobtrail first recorded each incident (its log's first `recorded_at`, wall
+        clock): a backfill of last week's events is seen today."""
+        rows = self.store._dicts(
+            "SELECT incident_id, min(recorded_at) AS seen FROM incident_log "
+            "WHERE {all:Bool} OR incident_id IN {ids:Array(String)} GROUP BY incident_id",
+            all=incidents is None, ids=list(incidents or []))
+        return {str(r["incident_id"]): r["seen"] if r["seen"].tzinfo else
+                r["seen"].replace(tzinfo=UTC) for r in rows}
+
     def watermark(self) -> datetime | None:
         rows = self.store._dicts("SELECT max(time) AS t, count() AS n FROM incident_log")
         return rows[0]["t"] if rows and rows[0]["n"] else None

@@ -152,7 +152,8 @@ def decide_pass(alerts: AlertStore, now: datetime | None = None,
         scope = alerts.changed_since(since)
         logs = {i: alerts.store.incident_log(i) for i in scope}
     decisions = decide(alerts.subscriptions(), alerts.silences(), logs, now,
-                       watermark=alerts.watermark() if since is not None else None)
+                       watermark=alerts.watermark() if since is not None else None,
+                       seen=alerts.seen_at(scope))
     return len(decisions), alerts.write_decisions(decisions, scope)
 
 
@@ -172,15 +173,21 @@ class Deliverer:
             timeout_s=getattr(settings, "alert_timeout_s", 10.0))
         self.mail = mail or smtp_sender(settings, secrets.env)
         self.links = Links(settings.public_url, settings.grafana_url)
+        self._seen: dict[str, datetime] = {}
 
     def _message(self, sub: Subscription, rows: list[dict[str, Any]],
-                 logs: dict[str, list[IncidentEvent]], now: datetime | None = None
-                 ) -> dict[str, Any]:
+                 logs: dict[str, list[IncidentEvent]], now: datetime | None = None,
+                 first: datetime | None = None) -> dict[str, Any]:
+        """The message of a notification (or digest). Made as of its first attempt
+        (`first`), so a retry sends the same body: the same age, the same links."""
         head = _decision(rows[0])
         if head.incident_id not in logs:
             logs[head.incident_id] = self.alerts.store.incident_log(head.incident_id)
+        if head.incident_id not in self._seen:
+            self._seen.update(self.alerts.seen_at([head.incident_id]))
         msg = message(sub, head, logs[head.incident_id], self.links,
-                      transitions=[_decision(r) for r in rows] if head.digest_key else ())
+                      transitions=[_decision(r) for r in rows] if head.digest_key else (),
+                      now=first or now, seen=self._seen.get(head.incident_id))
         if msg["incident"]["status"] == "open" and not head.digest_key:
             # from the decision's time, so a retry sends the same body; a message sent late
             # (a backlog, a replay) gets a day from the hour it goes out
@@ -195,6 +202,7 @@ class Deliverer:
             incidents = {r["incident_id"] for r in rows}
             msg["headline"] = (f"jobtrail digest for {sub.name}: {len(rows)} change(s) on "
                                f"{len(incidents)} incident(s)")
+            msg["push"] = msg["headline"]
         return msg
 
     def send(self, sub: Subscription, msg: dict[str, Any], now: datetime) -> Reply:
@@ -251,7 +259,8 @@ class Deliverer:
                               for i in ids]
                 continue
             first = min((p["first_at"] for p in prev), default=now)
-            jobs.append(Job(sub, ids, number, first, self._message(sub, rows, logs, now)))
+            jobs.append(Job(sub, ids, number, first,
+                            self._message(sub, rows, logs, now, first)))
         return jobs, cancelled
 
     def deliver(self, jobs: Sequence[Job], now: datetime,
@@ -336,6 +345,8 @@ class Deliverer:
             "id": msg_id, "type": "incident.test", "transition": "test", "folded": [],
             "subscription": {"id": sub.id, "name": sub.name, "owner": sub.owner},
             "headline": f"jobtrail test message for {sub.name}", "time": now.isoformat(),
+            "push": f"jobtrail test message for {sub.name}", "age_s": 0,
+            "made_at": now.isoformat(),
             "incident": {"id": "inc-test", "title": "test", "status": "open",
                          "severity": "sev4", "severity_why": "", "class": "test",
                          "entity": "test", "owner": sub.owner, "owner_why": "",
@@ -344,7 +355,7 @@ class Deliverer:
                          "opened_at": now.isoformat(), "acknowledged": False,
                          "impact": {"jobs": 0, "gpus": 0, "lost_gpu_hours": 0.0,
                                     "lost_steps": 0, "other_projects": 0},
-                         "recovery": "", "jobs": []},
+                         "recovery": "", "jobs": [], "job_impacts": [], "nodes": []},
             "links": {"incident": f"{self.settings.grafana_url}/d/jobtrail-incident",
                       "api": f"{self.settings.public_url}/v1/subscriptions/{sub.id}",
                       "timeline": ""},

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from jobtrail.cli.common import _settings, _store
+from jobtrail.cli.common import _settings, _store, count, seconds
 
 
 def _alerts(ctx: click.Context) -> Any:
@@ -95,21 +95,26 @@ def _check_env(secrets: Any, option: str, name: str) -> None:
                                           "midnight)")
 @click.option("--quiet-bypass", default="sev1", help="Severities that ignore quiet hours")
 @click.option("--rate", default="20/3600", help="At most COUNT messages per SECONDS")
-@click.option("--wait", "wait_s", type=int, default=30, help="Seconds the first message "
-                                                             "waits to fold cause and owner")
-@click.option("--repeat", "repeat_s", type=int, default=1800,
+@click.option("--wait", "wait_s", type=count(0, 86400), default=30,
+              help="Seconds the first message waits to fold cause and owner")
+@click.option("--repeat", "repeat_s", type=count(0, 30 * 86400), default=1800,
               help="Repeat an unacknowledged sev1 every N seconds (0: never)")
-@click.option("--flap-hold", "flap_hold_s", type=int, default=600)
+@click.option("--flap-hold", "flap_hold_s", type=count(0, 86400), default=600)
+@click.option("--history", is_flag=True,
+              help="Also page incidents that were over before jobtrail saw them (a backfill, "
+                   "a late import)")
 @click.pass_context
 def subscribe(ctx: click.Context, name: str, owner: str, matchers: tuple[str, ...], on: str,
               channel: str, url: str, url_env: str, to: str, secret_env: str,
               projects: tuple[str, ...], cron: str, zone: str, quiet: str, quiet_bypass: str,
-              rate: str, wait_s: int, repeat_s: int, flap_hold_s: int) -> None:
+              rate: str, wait_s: int, repeat_s: int, flap_hold_s: int,
+              history: bool = False) -> None:
     """Subscribe OWNER to the incidents the matchers select (created or updated by name)."""
     from pydantic import ValidationError
 
     from jobtrail.alerts.secrets import hint, new_signing_secret
-    from processors.notify.model import Matcher, Subscription, subscription_id
+    from jobtrail.cli.commands import operator
+    from processors.notify.model import Creator, Matcher, Subscription, subscription_id
 
     sub_id = subscription_id(owner, name)
     secrets = _secrets(ctx)
@@ -151,6 +156,7 @@ def subscribe(ctx: click.Context, name: str, owner: str, matchers: tuple[str, ..
             "mode": "digest" if cron else "immediate", "digest_cron": cron, "timezone": zone,
             "rate_limit": {"count": int(count), "per_s": int(per or 3600)},
             "wait_s": wait_s, "repeat_s": repeat_s, "flap_hold_s": flap_hold_s,
+            "creator": Creator.of(operator(_settings(ctx))).model_dump(), "history": history,
         }
         if on:
             spec["on"] = [t.strip() for t in on.split(",") if t.strip()]
@@ -298,8 +304,9 @@ def silences(ctx: click.Context, seen_by: tuple[str, ...] = ()) -> None:
 
 @click.command("notify")
 @click.option("--once", is_flag=True, help="One decide and one delivery pass, then exit")
-@click.option("--interval", type=float, default=5.0, help="Seconds between passes")
-@click.option("--passes", type=int, default=0, help="Stop after N passes (0: run on)")
+@click.option("--interval", type=seconds(0, 3600), default=5.0,
+              help="Seconds between passes")
+@click.option("--passes", type=count(0), default=0, help="Stop after N passes (0: run on)")
 @click.option("--decide-only", is_flag=True, help="Write the outbox, deliver nothing")
 @click.pass_context
 def notify(ctx: click.Context, once: bool, interval: float, passes: int,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from jobtrail.cli.common import _settings
+from jobtrail.cli.common import _settings, count, seconds
 
 if TYPE_CHECKING:
     from ingest.canonical import Decoded
@@ -86,12 +86,12 @@ def kubernetes(ctx: click.Context, kubeconfig: str | None, server: str, resource
 @click.option("--project", default="", help="Project of every job (default: its account)")
 @click.option("--cursor", "cursor_path", type=click.Path(path_type=Path), default=None,
               help="Cursor file (default: <home>/collect/slurm-cursor.json)")
-@click.option("--interval", type=float, default=1.0, show_default=True,
+@click.option("--interval", type=seconds(0, 3600), default=1.0, show_default=True,
               help="Seconds between polls")
 @click.option("--to", "target", default="", help="http://host:port of `jobtrail serve` "
               "(token from JOBTRAIL_TOKEN); default: this home, or Kafka when JOBTRAIL_KAFKA "
               "is set")
-@click.option("--max-steps", type=int, default=None, help="Stop after this many polls")
+@click.option("--max-steps", type=count(1), default=None, help="Stop after this many polls")
 @click.pass_context
 def slurm(ctx: click.Context, log_path: Path | None, cluster: str, project: str,
           cursor_path: Path | None, interval: float, target: str,

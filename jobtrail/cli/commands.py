@@ -1,6 +1,7 @@
 """How a person's CLI command becomes an incident command: who runs it (JOBTRAIL_IDENTITY or
 the OS user, never a claimed name), when it happened (`--at`), its idempotency key, and the
-runtime that applies or queues it."""
+runtime that applies or queues it: this process's, or, while `jobtrail serve` holds the
+home, that server's, over its API (`jobtrail.cli.beside`)."""
 
 from __future__ import annotations
 
@@ -43,14 +44,24 @@ def _command(ctx: click.Context, incident_id: str, command: str, by: str | None,
     except InvalidTransition as exc:
         raise click.ClickException(f"{incident_id}: {exc}") from None
     from jobtrail.app import open_runtime
+    from jobtrail.runtime.home import HomeInUse
 
-    runtime = open_runtime(settings)
     try:
-        events = runtime.command(cmd)
-    except InvalidTransition as exc:
-        raise click.ClickException(f"{incident_id}: {exc}") from None
-    finally:
-        runtime.close()
+        runtime = open_runtime(settings)
+    except HomeInUse as exc:  # `serve` holds the home: the command goes through it
+        from jobtrail.cli import beside
+
+        served = beside.serving(settings.home, exc.holder)
+        if served is None:
+            raise
+        events = beside.command(served, who, cmd)
+    else:
+        try:
+            events = runtime.command(cmd)
+        except InvalidTransition as exc:
+            raise click.ClickException(f"{incident_id}: {exc}") from None
+        finally:
+            runtime.close()
     if events is None:
         click.echo(f"queued {command} {incident_id} as {cmd.command_id}")
         return

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from jobtrail.cli.common import count, seconds
 from jobtrail.config import Settings
 
 
@@ -23,9 +24,10 @@ def drill() -> None:
 @click.option("--log", "log_path", type=click.Path(path_type=Path),
               default=Path("/var/log/slurm/slurmctld.log"), show_default=True)
 @click.option("--project", default="", help="Project of the drill job (default: its account)")
-@click.option("--steps", type=int, default=60, show_default=True)
-@click.option("--checkpoint-every", type=int, default=5, show_default=True)
-@click.option("--timeout", "timeout_s", type=float, default=180, show_default=True,
+@click.option("--steps", type=count(1, 100_000), default=60, show_default=True)
+@click.option("--checkpoint-every", type=count(1, 100_000), default=5, show_default=True)
+@click.option("--timeout", "timeout_s", type=seconds(0, 86400), default=180,
+              show_default=True,
               help="Seconds to wait for each stage")
 @click.pass_context
 def run_drill(ctx: click.Context, kind: str, workdir: Path | None, log_path: Path,

@@ -17,10 +17,6 @@ from jobtrail.cli.commands import _AT, _BY, _ID, _command, _when
 from jobtrail.cli.common import _settings, _store
 
 
-def _age(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M") if isinstance(value, datetime) else "-"
-
-
 @click.command("incidents")
 @click.option("--project", "projects", multiple=True, help="Only incidents touching these")
 @click.option("--status", default="", help="open, acknowledged, mitigated, resolved, closed")
@@ -31,22 +27,16 @@ def _age(value: Any) -> str:
 def incidents(ctx: click.Context, projects: tuple[str, ...], status: str,
               as_json: bool, everything: bool = False) -> None:
     """List incidents that touched jobs, newest first."""
-    rows = _store(_settings(ctx)).incidents(list(projects) or None, status=status,
+    from jobtrail.cli.beside import Reader
+    from jobtrail.views.show import incident_rows
+
+    rows = Reader(_settings(ctx)).incidents(list(projects) or None, status=status,
                                             infrastructure=everything)
     if as_json:
         for row in rows:
             click.echo(json.dumps(row, default=str))
         return
-    if not rows:
-        click.echo("no incidents")
-        return
-    click.echo(f"{'incident':22} {'sev':4} {'status':12} {'class':16} {'entity':22} "
-               f"{'owner':16} {'jobs':>4} {'GPUs':>5} {'GPU-h lost':>10}  recovery")
-    for r in rows:
-        click.echo(f"{r['incident_id']:22} {r['severity']:4} {r['status']:12} {r['class']:16} "
-                   f"{r['entity'][:22]:22} {r['owner'][:16]:16} {r['impacted_jobs']:>4} "
-                   f"{r['impacted_gpus']:>5} {r['lost_gpu_hours']:>10.2f}  "
-                   f"{r['recovery'] or '-'}  (opened {_age(r['opened_at'])})")
+    click.echo(incident_rows(rows), nl=False)
 
 
 @click.group("incident")
@@ -60,77 +50,56 @@ def incident() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_json: bool) -> None:
-    """Status, cause and explanation, owner, impact, evidence, recovery, actions, log."""
-    found = _store(_settings(ctx)).incident(incident_id, list(projects) or None)
+    """What to do now (the next step and its command, the top follow-up, the runbook, what
+    is still drained, the links), then status, cause, owner, impact, evidence, actions, log."""
+    from jobtrail.cli.beside import Reader
+    from jobtrail.views.show import Context, incident_text, still_drained
+
+    settings = _settings(ctx)
+    reader = Reader(settings)
+    found = reader.incident(incident_id, list(projects) or None)
     if found is None:
         raise click.ClickException(f"no incident {incident_id}")
     if as_json:
         click.echo(json.dumps(found, default=str, indent=2))
         return
-    f = found
-    click.echo(f"{f['incident_id']}  {f['title']}")
-    click.echo(f"  {f['severity']} {f['status']}  class {f['class']}  entity {f['entity']}  "
-               + (f"cluster {f['cluster']}  " if f.get("cluster") else "") +
-               f"owner {f['owner']} ({f['owner_why']})")
-    click.echo(f"  cause ({f['confidence']:.2f}): {f['explanation']}")
-    if f.get("still_drained"):
-        click.echo("  still drained: " + ", ".join(
-            f"{d['node']} (since {_age(d['since'])})" for d in f["still_drained"]))
-    click.echo(f"  severity: {f['severity_why']}")
-    click.echo(f"  impact: {f['impacted_jobs']} jobs, {f['impacted_gpus']} GPUs, "
-               f"{f['lost_gpu_hours']:.2f} GPU-hours and {f['lost_steps']} steps lost; "
-               f"recovery {f['recovery'] or '-'}" + (f"; flags {', '.join(f['flags'])}"
-                                                    if f["flags"] else ""))
-    for j in f["jobs"]:
-        click.echo(f"    {j['project']}/{j['job_id']} attempt {j['attempt']} ({j['role']}): "
-                   f"{j['gpus']} GPUs, failed {_age(j['failed_at'])} at step "
-                   f"{j['failure_step']}, checkpoint {j['last_checkpoint_step']}, "
-                   f"{j['recovery']}, {j['lost_gpu_hours']:.2f} GPU-h")
-        split = [(name, j.get(f"{name}_s") or 0) for name in
-                 ("rework", "downtime", "restore", "degraded")]
-        if any(seconds for _, seconds in split):
-            click.echo("      lost time: " + ", ".join(f"{name} {seconds / 60:.1f} min"
-                                                      for name, seconds in split if seconds))
-        beside = [(name, j.get(f"{name}_s") or 0) for name in ("setback", "queue")]
-        if any(seconds for _, seconds in beside):
-            click.echo("      not counted: " + ", ".join(f"{name} {seconds / 60:.1f} min"
-                                                        for name, seconds in beside))
-    click.echo(f"  evidence ({len(f['evidence'])}):")
-    for e, count, last in _grouped(f["evidence"])[:30]:
-        entity = e["entity"] if count == 1 else f"{e['entity']} .. {last} (x{count})"
-        click.echo(f"    {_age(e['time'])} {e['role']:8} {e['type']:22} {entity[:32]:32} "
-                   f"{e['why']}")
-    for a in f["actions"]:
-        why = f" — proposed: {a['why']}" if a.get("status") == "proposed" and a.get("why") \
-            else ""
-        click.echo(f"  action {a['action_id']} [{a['status']}] {a['title']} ({a['owner']})"
-                   f"{why}")
-    changes = [e for e in f["log"] if e["kind"] != "evidence_attached"]
-    click.echo(f"  log ({len(f['log'])} events; evidence attachments not shown):")
-    for entry in changes[-20:]:
-        who = f"{entry['actor_kind']}:{entry['actor']}" + (f"/{entry['rule']}" if entry["rule"]
-                                                           else "")
-        if entry.get("credential"):
-            who += f" via {entry['credential']}"
-        at = entry["data"].get("at") if isinstance(entry.get("data"), dict) else None
-        happened = f" (happened {str(at)[:16].replace('T', ' ')})" if at else ""
-        ref = f"  [{entry['id']}]" if entry["actor_kind"] != "processor" and entry.get("id") \
-            else ""
-        click.echo(f"    #{entry['seq']} {_age(entry['time'])} {entry['kind']} by {who}"
-                   f"{happened}{ref}")
+    context = Context(api=settings.public_url, grafana=settings.grafana_url,
+                      runbook=_runbook(settings, found),
+                      drained=still_drained(_node_states(reader, found)))
+    click.echo(incident_text(found, context), nl=False)
 
 
-def _grouped(evidence: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int, str]]:
-    """Consecutive evidence of one role, type and reason on one line (64 ranks' timeouts)."""
-    out: list[tuple[dict[str, Any], int, str]] = []
-    for e in evidence:
-        if out and (out[-1][0]["role"], out[-1][0]["type"], out[-1][0]["why"]) == (
-                e["role"], e["type"], e["why"]):
-            first, count, _ = out[-1]
-            out[-1] = (first, count + 1, e["entity"])
-        else:
-            out.append((e, 1, e["entity"]))
-    return out
+NODE_STATES = ("node.drained", "node.not_ready", "node.ready")
+MAX_NODES = 20
+
+
+def _node_states(reader: Any, found: dict[str, Any]) -> list[dict[str, Any]]:
+    """The state events (drained, not ready, ready) of the nodes the incident's evidence
+    found drained or not ready (at most MAX_NODES), oldest first."""
+    if found.get("drained") is not None:  # the incident's record says it (diagnosis)
+        return list(found["drained"])
+    nodes = sorted({str(e["entity"]) for e in found.get("evidence") or ()
+                    if e.get("type") in NODE_STATES[:2] and e.get("entity")})[:MAX_NODES]
+    rows: list[dict[str, Any]] = []
+    for node in nodes:
+        rows += [r for r in reader.entity_timeline([], node)
+                 if r.get("type") in NODE_STATES and (r.get("node") or r.get("entity")) == node]
+    return rows
+
+
+def _runbook(settings: Any, found: dict[str, Any]) -> str:
+    """The runbook a postmortem of this class wrote (`jobtrail postmortem runbook`), as a
+    path in the home, with how many incidents it holds; '' when there is none."""
+    import re
+
+    safe = re.sub(r"[^a-z0-9_.-]+", "-", str(found.get("class") or "").lower()).strip("-")
+    path = settings.home / "learnings" / "runbooks" / f"{safe or 'unknown'}.md"
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    sections = len(re.findall(r"^## ", text, re.M))
+    return f"{path} ({sections} incident(s) of class {found.get('class')})"
 
 
 def _simple(name: str, command: str, doc: str) -> None:
@@ -191,9 +160,22 @@ def correct_time(ctx: click.Context, incident_id: str, event_id: str, at: dateti
 
 
 for _name, _cmd, _doc in [("ack", "ack", "Acknowledge: someone is on it."),
-                          ("resolve", "resolve", "Resolve (the cause is fixed)."),
                           ("reopen", "reopen", "Reopen a resolved incident.")]:
     _simple(_name, _cmd, _doc)
+
+
+@incident.command("resolve")
+@click.argument("incident_id")
+@click.option("--note", "text", default="", help="How it was resolved (the Resolution "
+                                                 "section and the resolved message say it)")
+@_BY
+@_ID
+@_AT
+@click.pass_context
+def resolve(ctx: click.Context, incident_id: str, text: str, by: str | None,
+            command_id: str | None, at: datetime | None) -> None:
+    """Resolve (the cause is fixed), saying how."""
+    _command(ctx, incident_id, "resolve", by, {"text": text} if text else {}, command_id, at)
 
 
 @incident.command("close")

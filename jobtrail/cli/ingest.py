@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from jobtrail.cli.common import _parse_when, _settings
+from jobtrail.cli.common import _parse_when, _settings, count
 from jobtrail.config import Settings
 
 
@@ -123,15 +123,16 @@ def _formats() -> list[str]:
                    "named by --project/--job has attempts in, else 'default')")
 @click.option("--project", default="", help="For job logs: the job's project")
 @click.option("--job", "job_id", default="", help="For job logs: the job id")
-@click.option("--attempt", type=int, default=None, help="For job logs: the attempt")
+@click.option("--attempt", type=count(0, 10**6), default=None,
+              help="For job logs: the attempt")
 @click.option("--node", default="", help="Node the lines came from, when they do not say")
 @click.option("--boot-time", "boot_time", default="",
               help="When the node booted (ISO 8601, epoch seconds, or a /proc/stat file): "
                    "places seconds-since-boot prefixes (raw dmesg, /dev/kmsg)")
 @click.option("--tz", "zone", default="UTC", help="Time zone of local times in the lines "
                                                   "(dmesg -T, syslog, glog)")
-@click.option("--year", type=int, default=None, help="Year of lines that do not say it "
-                                                     "(default: inferred)")
+@click.option("--year", type=count(1970, 2200), default=None,
+              help="Year of lines that do not say it (default: inferred)")
 @click.option("--kind", default="", help="Kubernetes: what a fragment without `kind` is "
                                          "(PyTorchJob, Job, Workload, ...)")
 @click.pass_context

@@ -11,12 +11,21 @@ from typing import Any
 
 import click
 
-from jobtrail.cli.common import _parse_when, _settings, _store
+from jobtrail.cli.common import _parse_when, _settings, _store, count
 from jobtrail.config import Settings
+from jobtrail.variables import SettingError
+
+
+class SettingsRefused(click.ClickException):
+    """A setting refused (`jobtrail.variables.SettingError`): one line naming the variable,
+    exit status 2 (a usage error, as click's own)."""
+
+    exit_code = 2
 
 
 class _Group(click.Group):
-    """Turns the errors a user can act on (a home held by another process) into one line."""
+    """Turns the errors a user can act on (a setting refused, a home held by another
+    process) into one line."""
 
     def invoke(self, ctx: click.Context) -> Any:
         from aiokafka.errors import KafkaConnectionError
@@ -25,6 +34,8 @@ class _Group(click.Group):
 
         try:
             return super().invoke(ctx)
+        except SettingError as exc:
+            raise SettingsRefused(str(exc)) from None
         except HomeInUse as exc:
             raise click.ClickException(str(exc)) from None
         except KafkaConnectionError as exc:
@@ -43,7 +54,7 @@ def main(ctx: click.Context, home: Path | None) -> None:
 
     redact_log_records()
     sys.stdout, sys.stderr = guard(sys.stdout), guard(sys.stderr)  # text, never control
-    settings = Settings.from_env(os.environ)
+    settings = Settings.from_env(os.environ)  # a SettingError: one line, exit 2 (_Group)
     if home is not None:
         settings = settings.with_(home=home)
     ctx.obj = settings
@@ -52,7 +63,7 @@ def main(ctx: click.Context, home: Path | None) -> None:
 @main.command()
 @click.argument("job")
 @click.option("--project", required=True, help="Project the job belongs to (always required)")
-@click.option("--attempt", type=int, default=None)
+@click.option("--attempt", type=count(0, 10**6), default=None)
 @click.option("--since", default=None, help="ISO time; only rows at or after it")
 @click.option("--until", default=None, help="ISO time; only rows at or before it")
 @click.option("--colour/--no-colour", "colour", default=None,
@@ -85,7 +96,9 @@ def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, si
             click.echo(json.dumps(row, default=str))
         return
     use_colour = sys.stdout.isatty() if colour is None else colour
-    click.echo(render(job, rows, store.attempts(project, job), colour=use_colour), nl=False)
+    click.echo(render(job, rows, store.attempts(project, job), colour=use_colour,
+                      incidents=store.incidents_of_events(
+                          project, [r["event_id"] for r in rows])), nl=False)
 
 
 @main.command()
@@ -120,7 +133,7 @@ def demo(ctx: click.Context, colour: bool | None) -> None:
 
 
 @main.command()
-@click.option("--synthetic", type=int, default=0,
+@click.option("--synthetic", type=count(0, 10**7), default=0,
               help="Instead of the scenario, N synthetic load records with fixed ids")
 @click.pass_context
 def sample_events(ctx: click.Context, synthetic: int) -> None:
@@ -151,8 +164,10 @@ def drain(ctx: click.Context) -> None:
 
 
 @main.command()
-@click.option("--host", default=None)
-@click.option("--port", type=int, default=None)
+@click.option("--host", default=None, callback=lambda ctx, param, value: _host(value),
+              help="Listen address (default $JOBTRAIL_HTTP_HOST or 127.0.0.1); beyond "
+                   "loopback only with a credential or JOBTRAIL_ALLOW_UNAUTHENTICATED=1")
+@click.option("--port", type=count(1, 65535), default=None)
 @click.pass_context
 def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Run the HTTP API and the processors (embedded, or cluster mode with JOBTRAIL_KAFKA)."""
@@ -161,7 +176,18 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
     settings = _settings(ctx)
     settings = settings.with_(http_host=host or settings.http_host,
                               http_port=port or settings.http_port)
+    settings.check_listener()
+    settings.check_files()
     run_server(settings)
+
+
+def _host(value: str | None) -> str | None:
+    from jobtrail.variables.kinds import Host
+
+    try:
+        return None if value is None else Host().parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}, got {value!r}") from None
 
 
 @main.command()
@@ -172,6 +198,7 @@ def worker(ctx: click.Context, loglevel: str) -> None:
     settings = _settings(ctx)
     if not settings.cluster_mode:
         raise click.UsageError("the worker needs a broker: set JOBTRAIL_KAFKA=host:port")
+    settings.check_files()
     from jobtrail.runtime.faust_app import run_worker
 
     sys.argv = [sys.argv[0], "worker"]
@@ -224,7 +251,7 @@ def where(ctx: click.Context, node: str, switch: str, filesystem: str, at: str,
 
 @main.command()
 @click.argument("job")
-@click.argument("attempt", type=int)
+@click.argument("attempt", type=count(0, 10**6))
 @click.option("--project", required=True)
 @click.pass_context
 def attempt(ctx: click.Context, job: str, attempt: int, project: str) -> None:
@@ -249,17 +276,24 @@ def attempt(ctx: click.Context, job: str, attempt: int, project: str) -> None:
 @click.option("--project", "projects", multiple=True, required=True)
 @click.option("--since", default=None)
 @click.option("--until", default=None)
+@click.option("--json", "as_json", is_flag=True, help="Rows as JSON lines")
 @click.option("--cluster", default="", help="The cluster (two can share node names)")
 @click.pass_context
 def entity(ctx: click.Context, name: str, projects: tuple[str, ...], since: str | None,
-           until: str | None, cluster: str) -> None:
-    """What happened on an entity: node, GPU, NIC, switch, port or filesystem (JSON lines)."""
-    from jobtrail.app import open_store
+           until: str | None, as_json: bool = False, cluster: str = "") -> None:
+    """What happened on an entity: node, GPU, NIC, switch, port or filesystem (a table;
+    --json for JSON lines)."""
+    from jobtrail.cli.beside import Reader
+    from jobtrail.views.show import entity_table
 
-    rows = open_store(_settings(ctx)).entity_timeline(
-        projects, name, since=_parse_when(since), until=_parse_when(until), cluster=cluster)
-    for row in rows:
-        click.echo(json.dumps(row, default=str))
+    rows = Reader(_settings(ctx)).entity_timeline(
+        list(projects), name, since=_parse_when(since), until=_parse_when(until),
+        cluster=cluster)
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, default=str))
+        return
+    click.echo(entity_table(name, rows), nl=False)
 
 
 @main.command()
@@ -281,7 +315,7 @@ def stats(ctx: click.Context) -> None:
 
 
 @main.command("dead-letters")
-@click.option("--limit", type=int, default=50)
+@click.option("--limit", type=count(1, 100_000), default=50)
 @click.pass_context
 def dead_letters(ctx: click.Context, limit: int) -> None:
     """List rejected inputs with stage, reason and field."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from jobtrail.cli.common import _parse_when, _settings, _store
+from jobtrail.cli.common import Finite, _parse_when, _settings, _store
 
 
 @click.group("report")
@@ -43,16 +43,15 @@ def capacity(ctx: click.Context, projects: tuple[str, ...], since: str | None,
     """Waiting GPU-hours per queue, project and cause, and the biggest constraint."""
     from jobtrail.reports import capacity as cap
     from jobtrail.reports.capacity_load import load
-    from schemas import topology as topology_file
 
     settings = _settings(ctx)
-    if settings.topology_file is None:
+    spec = settings.topology_spec()
+    if spec is None:
         raise click.ClickException("the capacity report needs JOBTRAIL_TOPOLOGY (node GPUs "
                                    "and leaves)")
     hi = _parse_when(until) or datetime.now(UTC)
     lo = _parse_when(since) or hi - timedelta(days=7)
-    cluster, waits = load(_store(settings), topology_file.load(settings.topology_file),
-                          list(projects), lo, hi)
+    cluster, waits = load(_store(settings), spec, list(projects), lo, hi)
     title = f"Capacity {lo:%Y-%m-%d %H:%M} to {hi:%Y-%m-%d %H:%M} UTC"
     _write(cap.markdown(cap.attribute(cluster, waits), title=title), out)
 
@@ -78,7 +77,7 @@ def goodput(ctx: click.Context, job: str, project: str, out: Path | None) -> Non
               help="A project whose attempts are compared (repeatable).")
 @click.option("--since", default=None, help="ISO time; default: 7 days before --until")
 @click.option("--until", default=None, help="ISO time; default: now")
-@click.option("--window-days", type=float, default=7.0,
+@click.option("--window-days", type=Finite(0, 365, min_open=True), default=7.0,
               help="How long before and after each change to compare.")
 @click.option("--out", type=click.Path(path_type=Path), default=None)
 @click.pass_context
@@ -96,16 +95,17 @@ def changes(ctx: click.Context, projects: tuple[str, ...], since: str | None,
 
 @report.command("retention")
 @click.option("--materialize", is_flag=True,
-              help="Recompute the TTL of parts already written (a mutation; run once after "
-                   "shortening a policy).")
+              help="Recompute every part's TTL dates on the tables that have a TTL (a "
+                   "mutation; a change of policy does it by itself at start).")
 @click.pass_context
 def retention(ctx: click.Context, materialize: bool) -> None:
     """The retention policy in force (JOBTRAIL_RETENTION_*_DAYS), applied to the tables."""
     from jobtrail.reports import retention as policy
 
     settings = _settings(ctx)
-    statements = policy.apply(_store(settings), settings.retention, materialize=materialize)
+    store = _store(settings)  # opening it applies the policy: a change is altered there
+    policy.apply(store, settings.retention, materialize=materialize)
     for name, days in settings.retention.as_dict().items():
         click.echo(f"{name}: {'kept forever' if not days else f'{days} days'}")
-    click.echo(f"{len(statements)} TTL statements applied"
-               + (", parts rewritten" if materialize else ""))
+    click.echo("the tables hold these TTLs"
+               + ("; every part's TTL dates recomputed" if materialize else ""))

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from jobtrail.config import Settings
-from jobtrail.http import alerts, health, incidents, ingest, links, login, postmortem, reads
+from jobtrail.http import alerts, beside, health, incidents, ingest, links, login, postmortem, reads
 from jobtrail.http.backend import RuntimeBackend
 from jobtrail.http.common import ADAPTERS, BACKEND, SETTINGS, fail
 from jobtrail.http.guard import SESSIONS, guard
@@ -71,6 +71,7 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
         await app[BACKEND].stop()
 
     app.cleanup_ctx.append(lifecycle)
+    app.cleanup_ctx.append(beside.announce)  # the CLI on this host commands through it
     app.cleanup_ctx.append(alerts.alerts_loop)
     routes = [
         ("POST", "/v1/events", ingest.ingest_events),
@@ -87,7 +88,7 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
           for verb in postmortem.VERBS],
         ("GET", "/v1/followups", postmortem.followups),
         ("GET", "/incidents/{incident_id}/postmortem", postmortem.page),
-        ("GET", r"/ui/{name:postmortem\.js}", postmortem.static),
+        ("GET", r"/ui/{name:postmortem\.js|jobtrail\.css}", postmortem.static),
         *login.ROUTES,
         *alerts.ROUTES,
         *links.ROUTES,
@@ -103,6 +104,9 @@ def create_app(settings: Settings, backend: Any | None = None) -> web.Applicatio
 
 
 def serve(settings: Settings) -> None:
+    """Listen on `http_host:http_port`: beyond loopback only with a credential configured
+    or the operator's explicit opt-in (`Settings.check_listener`)."""
+    settings.check_listener()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     web.run_app(create_app(settings), host=settings.http_host, port=settings.http_port,

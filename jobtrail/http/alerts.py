@@ -58,7 +58,13 @@ def _build(body: dict[str, Any], who: Any, secrets: Any, settings: Any) -> tuple
     refuses, a variable outside the channel prefix: 422 naming the field)."""
     from jobtrail.alerts import egress
     from jobtrail.alerts.secrets import env_refusal, hint, new_signing_secret
-    from processors.notify.model import CHANNELS, Matcher, Subscription, subscription_id
+    from processors.notify.model import (
+        CHANNELS,
+        Creator,
+        Matcher,
+        Subscription,
+        subscription_id,
+    )
 
     name, owner = str(body.get("name") or ""), str(body.get("owner") or "")
     if not name or not owner:
@@ -105,7 +111,7 @@ def _build(body: dict[str, Any], who: Any, secrets: Any, settings: Any) -> tuple
     matchers = [Matcher.parse(str(m)) for m in body.get("matchers") or []]
     spec = {k: body[k] for k in ("on", "mode", "digest_cron", "timezone", "quiet",
                                  "rate_limit", "wait_s", "repeat_s", "max_repeats",
-                                 "flap_hold_s") if k in body}
+                                 "flap_hold_s", "history") if k in body}
     probe = {"kind": kind, "target": "secret:probe" if kind != "email" else target}
     Subscription.model_validate({  # everything else is valid before a secret is written
         **spec, "id": sub_id, "name": name, "owner": owner, "projects": wanted,
@@ -124,7 +130,7 @@ def _build(body: dict[str, Any], who: Any, secrets: Any, settings: Any) -> tuple
         **spec, "id": sub_id, "name": name, "owner": owner, "projects": wanted,
         "matchers": [m.model_dump() for m in matchers],
         "channel": {"kind": kind, "target": target, "secret": signing, "hint": shown},
-        "created_by": "" if who.operator else who.name})
+        "created_by": "" if who.operator else who.name, "creator": Creator.of(who).model_dump()})
     return sub, made_secret
 
 

@@ -1,6 +1,8 @@
 """Authentication, roles and the CSRF defence, in front of every route.
 
 Who is asking (`authenticate`), in this order:
+0. the operator's CLI on this host, beside this server (`jobtrail.http.beside`: the key
+   `serve` wrote into the home for this run, from a loopback peer);
 1. `Authorization: Bearer <token>`: a configured API token (not ambient: a browser never
    adds it to a cross-site request by itself);
 2. the trusted auth proxy's user header (`JOBTRAIL_AUTH_PROXY_HEADER`), accepted only when
@@ -39,6 +41,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from jobtrail.http import beside
 from jobtrail.http.common import AMBIENT, BACKEND, PRINCIPAL, SESSION, SETTINGS, fail, known
 from jobtrail.identity import LOCAL, ROLES, Principal
 from jobtrail.identity.ledger import SignIns
@@ -75,6 +78,9 @@ def principal(request: web.Request) -> Principal:
 
 def _credential(request: web.Request, settings: Any) -> tuple[Principal, str]:
     _refuse_repeated_proxy_headers(request, settings)
+    home_key = request.headers.get(beside.KEY_HEADER)
+    if home_key is not None:  # the CLI beside this server, on its host (`http.beside`)
+        return beside.operator(request, home_key), ""
     header = request.headers.get("Authorization", "")
     if header and settings.authenticated:
         scheme, _, presented = header.partition(" ")

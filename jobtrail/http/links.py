@@ -1,16 +1,21 @@
-"""The links in a message, over HTTP: acknowledge an incident and unsubscribe from an email.
-Authenticated by the HMAC in the link (jobtrail.alerts.links), not a bearer; a GET only says
+"""The links in a message, over HTTP: acknowledge an incident (a page for a signed-in person)
+and unsubscribe from an email (authenticated by the HMAC in the link alone). A GET only says
 what a POST would do, so a link scanner changes nothing."""
 
 from __future__ import annotations
 
 import hmac
+import html
 from datetime import UTC, datetime
+from typing import Any
 
 from aiohttp import web
 
 from jobtrail.http.alerts import _parts
-from jobtrail.http.common import BACKEND, fail, reply
+from jobtrail.http.common import BACKEND, SESSION, SETTINGS, fail, reply
+from jobtrail.http.guard import authenticate, check_csrf, csrf_token
+from jobtrail.http.login import login_url
+from processors.notify.model import Creator
 
 
 async def unsubscribe(request: web.Request) -> web.Response:
@@ -35,19 +40,26 @@ async def unsubscribe(request: web.Request) -> web.Response:
     return reply({"unsubscribed": sub_id})
 
 
-async def acknowledge(request: web.Request) -> web.Response:
-    """A message's acknowledge link: GET shows what it will do (a link scanner must not
-    acknowledge); POST acknowledges as the subscription's creator. Authenticated by the HMAC
-    in the link (incident, subscription, expiry), not a bearer; single use: the command's id
-    comes from the token, so a second POST appends nothing (410). The link may do what the
-    subscription's creator may: a tenant's link acknowledges only an incident within its
-    projects, and the actor is the creator, never the `owner` the creator wrote."""
+def _wants_json(request: web.Request) -> bool:
+    accept = request.headers.get("Accept", "")
+    return "application/json" in accept and "text/html" not in accept
+
+
+async def acknowledge(request: web.Request) -> web.StreamResponse:
+    """A message's acknowledge link: a page (`jobtrail.views.ack`) with one button, for a
+    person signed in (the existing login; a browser not signed in goes there and comes
+    back). GET only shows (a link scanner never acknowledges); the button's POST
+    acknowledges as that person, never as the subscription or its owner. Authenticated
+    twice: the HMAC in the link (incident, subscription, expiry) says which message it came
+    from, the sign-in says who presses it. The link may do only what both the person and the
+    subscription's creator may do now (`jobtrail.alerts.links.may_acknowledge`). Once
+    acknowledged, by anyone, the link's page says who did and when."""
     import time
 
-    from jobtrail.alerts.links import ack_token
-    from processors.incidents.model import Actor, Command, InvalidTransition
+    from jobtrail.alerts.links import ack_token, creator_now, may_acknowledge
+    from jobtrail.views.ack import AckState, acknowledged
 
-    alerts, secrets, _ = _parts(request)
+    alerts, secrets, settings = _parts(request)
     incident_id = request.match_info["incident_id"]
     sub_id = request.query.get("sub", "")
     token = request.query.get("token", "")
@@ -58,48 +70,117 @@ async def acknowledge(request: web.Request) -> web.Response:
     expected = ack_token(secrets, incident_id, sub_id, expires)
     if not hmac.compare_digest(token.encode(), expected.encode()):
         fail(web.HTTPForbidden, "invalid acknowledge link")
-    if time.time() > expires:
-        fail(web.HTTPGone, "this acknowledge link has expired: acknowledge in jobtrail "
-                           f"(jobtrail incident ack {incident_id})")
+    try:
+        who = authenticate(request)
+    except web.HTTPUnauthorized:
+        if request.method == "GET" and not _wants_json(request):
+            return _signin_hop(request)
+        raise
+    if request.method == "POST":
+        await check_csrf(request)
     backend = request.app[BACKEND]
     found = await backend.call(alerts.subscription, sub_id, None)
     if found is None:
         fail(web.HTTPForbidden, "the subscription behind this link is gone")
     sub = found[0]
     full = await backend.call(backend.store.incident, incident_id, None)
-    if full is None:
+    # what the page shows is the incident as the person may see it (their projects' jobs,
+    # impact and evidence only), like every read; the whole one only decides
+    shown = await backend.call(backend.store.incident, incident_id, who.scope)
+    if full is None or shown is None:
         fail(web.HTTPNotFound, "no such incident")
-    # the link may do what its subscription's creator may: a tenant's subscription (bound to
-    # its creator's projects) acknowledges only an incident within those projects, as the
-    # API's `ack` (`http.incidents._authorise`)
     touched = set(full["projects"])
-    if sub.projects and (not touched or not touched <= set(sub.projects)):
-        fail(web.HTTPForbidden, f"the incident also impacts {len(touched - set(sub.projects))} "
-                                "other project(s): only an operator, or a token holding every "
-                                "impacted project, may acknowledge it (jobtrail incident ack "
-                                f"{incident_id})")
-    # who acts is who made the subscription (its `owner` is a name its creator wrote)
-    if sub.created_by:
-        actor = Actor(kind="person", name=sub.created_by,
-                      credential=f"ack-link:{sub_id}")  # the signed link is the credential
-    else:  # made by an operator, whose word the owner is
-        actor = Actor(kind="team" if sub.owner.startswith("team:") else "person",
-                      name=sub.owner.removeprefix("team:") or sub_id,
-                      credential=f"ack-link:{sub_id}")
-    if request.method == "GET":
-        return reply({"incident": incident_id, "confirm": "POST this URL to acknowledge it "
-                      f"as {actor.kind}:{actor.name}"})
-    command = Command(command_id="ack-link-" + token[:24], incident_id=incident_id,
-                      command="ack", actor=actor, time=datetime.now(UTC))
+    person = Creator.of(who)
+    creator, gone = creator_now(settings, sub)
+    done = acknowledged(shown)
+    if done is not None:
+        state = AckState("done", by=done[0], at=done[1])
+    elif time.time() > expires:
+        state = AckState("expired")
+    elif why := may_acknowledge(person, touched, sub):
+        state = AckState("refused", why=why)
+    elif creator is None or (why := may_acknowledge(creator, touched, sub)):
+        state = AckState("refused", why="this link may do only what the subscription's "
+                                        f"creator may do now: {gone or why}")
+    else:
+        state = AckState("offer")
+    if request.method == "POST" and state.kind == "offer":
+        state = await _acknowledge(request, who, incident_id, token)
+        if state.kind == "done" and not _wants_json(request):
+            raise web.HTTPSeeOther(request.path_qs)  # the page then says who and when
+    status = {"refused": 403, "expired": 410, "queued": 202}.get(state.kind, 200)
+    if _wants_json(request):
+        return reply(_json(incident_id, state, person), status=status)
+    return _page(request, shown, state, who, status)
+
+
+def _signin_hop(request: web.Request) -> web.StreamResponse:
+    """A browser that is not signed in, as far as this request shows. A link clicked in a
+    chat app is a cross-site navigation, on which the browser withholds the `SameSite=Strict`
+    session cookie: the first answer is a page that reloads the link from this site (its
+    cookie then comes along); only a request that still carries no session goes to sign
+    in, and comes back here after (`next`)."""
+    if request.query.get("hop") == "1":
+        raise web.HTTPFound(login_url(request))
+    again = html.escape(f"{request.path_qs}&hop=1", quote=True)
+    return web.Response(
+        text=f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+             f"<title>Acknowledge</title></head><body><p><a id=\"next\" href=\"{again}\">"
+             "Continue to acknowledge</a></p></body></html>\n",
+        content_type="text/html", charset="utf-8",
+        headers={"Refresh": f"0; url={request.path_qs}&hop=1", "Cache-Control": "no-store",
+                 "Content-Security-Policy": "default-src 'none'",
+                 "Referrer-Policy": "same-origin"})
+
+
+async def _acknowledge(request: web.Request, who: Any, incident_id: str,
+                       token: str) -> Any:
+    from jobtrail.views.ack import AckState
+    from processors.incidents.model import Command, InvalidTransition
+
+    command = Command(command_id=who.command_id("ack-link-" + token[:24]),
+                      incident_id=incident_id, command="ack", actor=who.actor(),
+                      time=datetime.now(UTC))
     try:
-        events = await backend.command(command)
+        events = await request.app[BACKEND].command(command)
     except InvalidTransition as exc:
-        fail(web.HTTPConflict, f"not acknowledged: {exc}")
+        return AckState("refused", why=str(exc))
     if events is None:
-        return reply({"queued": command.command_id}, status=202)
-    if not events:
-        fail(web.HTTPGone, "this acknowledge link was already used")
-    return reply({"acknowledged": incident_id, "by": actor.label()})
+        return AckState("queued")
+    return AckState("done", by=who.name, at=command.time)
+
+
+def _json(incident_id: str, state: Any, person: Creator) -> dict[str, Any]:
+    out: dict[str, Any] = {"incident": incident_id, "state": state.kind}
+    if state.kind == "offer":
+        out["confirm"] = f"POST this URL to acknowledge it as {person.kind}:{person.name}"
+    elif state.kind == "done":
+        out.update(acknowledged_by=state.by, acknowledged_at=state.at.isoformat()
+                   if state.at else None)
+    elif state.why:
+        out["error"] = state.why
+    return out
+
+
+def _page(request: web.Request, full: dict[str, Any], state: Any, who: Any,
+          status: int) -> web.Response:
+    from urllib.parse import quote
+
+    from jobtrail.views.ack import page
+    from jobtrail.views.postmortem import CSP
+    from processors.notify.message import incident_dashboard
+
+    settings = request.app[SETTINGS]
+    viewer = {"name": who.name, "role": who.role, "csrf": csrf_token(request),
+              "session": bool(request.get(SESSION))}
+    inc = str(full.get("incident_id") or "")
+    links = {"incident": f"/v1/incidents/{quote(inc)}",
+             "dashboard": incident_dashboard(settings.grafana_url, inc)}
+    return web.Response(text=page(full, state, viewer, links), status=status,
+                        content_type="text/html", charset="utf-8",
+                        headers={"Content-Security-Policy": CSP, "Cache-Control": "no-store",
+                                 "X-Content-Type-Options": "nosniff",
+                                 "Referrer-Policy": "same-origin"})
 
 
 ROUTES = [

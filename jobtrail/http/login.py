@@ -74,6 +74,8 @@ def _page(title: str, body: str, status: int = 200,
           headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
         text=f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+             "<link rel=\"stylesheet\" href=\"/ui/jobtrail.css\">"
              f"<title>{html.escape(title)}</title></head><body>{body}</body></html>\n",
         status=status, content_type="text/html", charset="utf-8",
         headers={"Content-Security-Policy": PAGE_CSP, "X-Content-Type-Options": "nosniff",
@@ -114,11 +116,9 @@ async def login_page(request: web.Request) -> web.StreamResponse:
                             secure=_secure(request), path="/auth", max_age=LOGIN_TTL_S)
         raise response
     if settings.api_tokens:
-        return _page("Sign in", (
-            "<form method=\"post\" action=\"/ui/login\"><label>API token "
-            "<input name=\"token\" type=\"password\" required autocomplete=\"off\"></label>"
-            f"<input type=\"hidden\" name=\"next\" value=\"{html.escape(target)}\">"
-            "<button>Sign in</button></form>"))
+        from jobtrail.views.signin import token_form
+
+        return _page("Sign in to jobtrail", token_form(target))
     if settings.auth_proxy_header:
         return _page("Sign in", "<p>Sign in through the site's auth proxy.</p>", 401)
     raise web.HTTPFound(target)

@@ -262,10 +262,15 @@ def _links(request: web.Request, *, same_origin: bool = False) -> Any:
 
 
 async def static(request: web.Request) -> web.Response:
-    """The page's one script (its stylesheet is inline, admitted by the CSP's hash)."""
+    """The review page's one script (its stylesheet is inline, admitted by the CSP's hash)
+    and the sign-in pages' stylesheet."""
     from jobtrail.views.review import PAGE_JS
+    from jobtrail.views.signin import STYLESHEET
 
     if request.match_info["name"] == "postmortem.js":
         return web.Response(text=PAGE_JS, content_type="text/javascript",
+                            headers={"X-Content-Type-Options": "nosniff"})
+    if request.match_info["name"] == "jobtrail.css":
+        return web.Response(text=STYLESHEET, content_type="text/css",
                             headers={"X-Content-Type-Options": "nosniff"})
     fail(web.HTTPNotFound, "no such file")

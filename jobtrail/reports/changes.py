@@ -132,9 +132,15 @@ def _side(attempts: Sequence[dict[str, Any]], steps: dict[tuple[str, str, int], 
     return Side(len(attempts), failures, times, incidents)
 
 
+MAX_WINDOW = timedelta(days=365)
+"""The longest before/after window a change is compared over (`--window-days`)."""
+
+
 def load(store: Any, projects: Sequence[str], since: datetime, until: datetime, *,
          window: timedelta = timedelta(days=7)) -> list[ChangeReport]:
     """Every change in [since, until) with its evidence; attempts of `projects` only."""
+    if not timedelta(0) < window <= MAX_WINDOW:  # refused before any query is built
+        raise ValueError(f"window: more than 0 and at most {MAX_WINDOW.days} days, got {window}")
     changes = store._dicts(
         "SELECT id, time, entity, node, attributes FROM events FINAL "
         "WHERE type LIKE 'change.%' AND time >= {lo:DateTime64(3, 'UTC')} "

@@ -28,10 +28,22 @@ events older than the raw or timeline retention does not bring them back. That i
 policy: the store holds no history past its retention, however it arrives; the incident log
 follows its own rule, so a replay cannot rebuild an incident the policy removed.
 
-The TTLs are set with `materialize_ttl_after_modify = 0` (no rewrite of
-every part at start): parts written since follow the policy; parts written under another
-TTL keep that TTL's dates until `jobtrail report retention --materialize` (a mutation that
-recomputes them) — run it once after shortening a policy.
+What the engine can hold: a row's expiry is computed in 64-bit seconds and held at the last
+second a `DateTime` represents, 2106-02-07 06:28:15 UTC (`toDateTime(t) + INTERVAL n DAY`
+wraps past it to 1970: 29,000 days from 2026 expired every row at the next merge). So a
+retention reaching past 2106 keeps the row until then; a retention is at most 36,500 days
+(100 years, `JOBTRAIL_RETENTION_*_DAYS` refuses more: use 0, kept forever).
+
+A change of policy never deletes more than the new policy says. ClickHouse keeps, in every
+part, the TTL dates computed when the part was written, and a merge drops a part whose
+stored dates have all passed without evaluating the new TTL: lengthening 30 days to 365
+would still drop a 40-day-old part. So when a table's TTL changes (compared with what the
+engine holds), `apply` stops that table's TTL merges, sets the new TTL and recomputes every
+part's stored dates under it (`materialize_ttl_recalculate_only`: the dates only, nothing
+deleted or rewritten), then lets TTL merges run again. A shortened policy then deletes at
+the next TTL merge; `jobtrail report retention --materialize` recomputes every table's dates
+again (after restoring a backup, say). Removing a table's TTL (0 days) deletes nothing.
+An unchanged policy costs one read of `system.tables` at start.
 """
 
 from __future__ import annotations
@@ -41,19 +53,24 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from jobtrail.variables import SettingError
+
 CLASSES = ("raw_events", "timelines", "dead_letters", "incidents", "postmortems", "deliveries")
+MAX_DAYS = 36500
+_LAST_SECOND = 4294967295
+"""2106-02-07 06:28:15 UTC: the last second a ClickHouse DateTime holds (UInt32)."""
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 _PLAIN = {
-    # table: (class, the row's time as a DateTime expression, guard or "")
-    "events": ("raw_events", "toDateTime(time)", ""),
-    "event_ids": ("raw_events", "toDateTime(time)", ""),
-    "job_timeline": ("timelines", "toDateTime(time)", ""),
-    "job_attempts": ("timelines",
-                     "toDateTime(assumeNotNull(coalesce(submitted_at, started_at, ended_at)))",
+    # table: (class, the row's time (a DateTime64 expression), guard or "")
+    "events": ("raw_events", "time", ""),
+    "event_ids": ("raw_events", "time", ""),
+    "job_timeline": ("timelines", "time", ""),
+    "job_attempts": ("timelines", "assumeNotNull(coalesce(submitted_at, started_at, ended_at))",
                      "coalesce(submitted_at, started_at, ended_at) IS NOT NULL"),
-    "dead_letters": ("dead_letters", "toDateTime(received_at)", ""),
-    "notifications": ("deliveries", "toDateTime(decided_at)", ""),
-    "deliveries": ("deliveries", "toDateTime(at)", ""),
+    "dead_letters": ("dead_letters", "received_at", ""),
+    "notifications": ("deliveries", "decided_at", ""),
+    "deliveries": ("deliveries", "at", ""),
 }
 INCIDENT_TABLES = ("incidents", "incident_log", "incident_evidence", "incident_jobs", "actions")
 _ORIGINAL = {"notifications": 90, "deliveries": 90}
@@ -73,28 +90,40 @@ class RetentionPolicy:
     postmortems: int = 0
     deliveries: int = 90
 
+    def __post_init__(self) -> None:
+        for name, days in self.as_dict().items():
+            if type(days) is not int or not 0 <= days <= MAX_DAYS:
+                raise SettingError(_variable(name), f"a whole number of days from 0 (kept "
+                                   f"forever) to {MAX_DAYS}, got {days!r}")
+        if self.postmortems and self.incidents and self.postmortems < self.incidents:
+            raise SettingError(_variable("postmortems"), "must not be shorter than "
+                               "JOBTRAIL_RETENTION_INCIDENTS_DAYS (or 0: kept forever)")
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> RetentionPolicy:
-        days: dict[str, int] = {}
-        for name in CLASSES:
-            key = f"JOBTRAIL_RETENTION_{name.upper()}_DAYS"
-            raw = env.get(key)
-            if raw is None or raw == "":
-                continue
-            try:
-                days[name] = int(raw)
-            except ValueError:
-                raise ValueError(f"{key} must be a whole number of days, got {raw!r}") from None
-            if days[name] < 0:
-                raise ValueError(f"{key} must be 0 (keep) or more days, got {raw!r}")
-        policy = cls(**days)
-        if policy.postmortems and policy.incidents and policy.postmortems < policy.incidents:
-            raise ValueError("JOBTRAIL_RETENTION_POSTMORTEMS_DAYS must not be shorter than "
-                             "JOBTRAIL_RETENTION_INCIDENTS_DAYS (or 0: kept forever)")
-        return policy
+        from jobtrail import variables
+
+        return cls.from_values({name: variables.parse(variables.BY_NAME[name], env.get(name))
+                                for name in map(_variable, CLASSES)})
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> RetentionPolicy:
+        """From the parsed variables (`jobtrail.variables.read`)."""
+        return cls(**{name: values[_variable(name)] for name in CLASSES})
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+def _variable(klass: str) -> str:
+    return f"JOBTRAIL_RETENTION_{klass.upper()}_DAYS"
+
+
+def expiry(when: str, days: int) -> str:
+    """When a row whose time is `when` (DateTime64) expires: in 64-bit seconds, held
+    between 1970 and the last second a DateTime holds (never wrapped)."""
+    return (f"toDateTime(least(greatest(intDiv(toUnixTimestamp64Milli({when}), 1000) + "
+            f"{days * 86400}, 0), {_LAST_SECOND}), 'UTC')")
 
 
 def kept_incidents(policy: RetentionPolicy, database: str, cluster: str = "") -> str:
@@ -115,13 +144,24 @@ def ttl_clauses(policy: RetentionPolicy, database: str,
     out: dict[str, str | None] = {}
     for table, (klass, when, guard) in _PLAIN.items():
         days = getattr(policy, klass)
-        out[table] = (f"{when} + INTERVAL {days} DAY" + (f" DELETE WHERE {guard}" if guard
-                                                          else "")) if days else None
+        out[table] = (expiry(when, days) + (f" DELETE WHERE {guard}" if guard else "")
+                      if days else None)
     for table in INCIDENT_TABLES:
-        out[table] = (f"toDateTime(recorded_at) + INTERVAL {policy.incidents} DAY DELETE "
-                      f"WHERE incident_id NOT IN ({kept_incidents(policy, database, cluster)})"
+        out[table] = (f"{expiry('recorded_at', policy.incidents)} DELETE WHERE incident_id "
+                      f"NOT IN ({kept_incidents(policy, database, cluster)})"
                       if policy.incidents else None)
     return out
+
+
+def _check_names(database: str, cluster: str) -> None:
+    for name in (database, cluster):
+        if name and not _IDENT.fullmatch(name):
+            raise ValueError(f"{name!r} is not a plain identifier")
+
+
+def _target(database: str, table: str, cluster: str) -> str:
+    return f"{database}.{table}_local ON CLUSTER {cluster}" if cluster else \
+        f"{database}.{table}"
 
 
 def retention_statements(policy: RetentionPolicy, *, database: str, cluster: str = "",
@@ -129,18 +169,14 @@ def retention_statements(policy: RetentionPolicy, *, database: str, cluster: str
     """The ALTERs that put the policy on the tables: on a cluster, on the `_local` tables
     (a Distributed table holds no rows, hence no TTL). A table without a TTL under the policy
     gets `REMOVE TTL` only if it has one (`has_ttl`, default: what the migrations set)."""
-    for name in (database, cluster):
-        if name and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", name):
-            raise ValueError(f"{name!r} is not a plain identifier")
+    _check_names(database, cluster)
     current = has_ttl if has_ttl is not None else {t: t in _ORIGINAL for t in _ttl_tables()}
     out = []
     for table, clause in ttl_clauses(policy, database, cluster).items():
-        target = f"{database}.{table}_local ON CLUSTER {cluster}" if cluster else \
-            f"{database}.{table}"
         if clause is not None:
-            out.append(f"ALTER TABLE {target} MODIFY TTL {clause}")
+            out.append(f"ALTER TABLE {_target(database, table, cluster)} MODIFY TTL {clause}")
         elif current.get(table):
-            out.append(f"ALTER TABLE {target} REMOVE TTL")
+            out.append(f"ALTER TABLE {_target(database, table, cluster)} REMOVE TTL")
     return out
 
 
@@ -154,22 +190,69 @@ class _Store(Protocol):
     cluster: str
 
 
-def apply(store: _Store, policy: RetentionPolicy, *, materialize: bool = False) -> list[str]:
-    """Put the policy on the store's tables (at every start; cheap: no part is rewritten
-    unless `materialize`). Returns the statements run."""
+def _current(store: _Store) -> dict[str, str]:
+    """Each governed table's TTL as the engine holds it ('' when none)."""
     suffix = "_local" if store.cluster else ""
     rows = store.client.query(
         "SELECT name, create_table_query FROM system.tables WHERE database = {db:String}",
         parameters={"db": store.database}).result_rows
-    has_ttl = {name[: len(name) - len(suffix)] if suffix else name: " TTL " in query
-               for name, query in rows if not suffix or name.endswith(suffix)}
-    statements = retention_statements(policy, database=store.database, cluster=store.cluster,
-                                      has_ttl=has_ttl)
-    for statement in statements:
-        store.client.command(statement, settings={"materialize_ttl_after_modify": 0})
-    if materialize:
-        on = f" ON CLUSTER {store.cluster}" if store.cluster else ""
-        for table in _ttl_tables():
-            store.client.command(f"ALTER TABLE {store.database}.{table}{suffix}{on} "
-                                 "MATERIALIZE TTL", settings={"mutations_sync": 2})
+    out = {}
+    for name, query in rows:
+        table = name[: len(name) - len(suffix)] if suffix and name.endswith(suffix) else name
+        if table in _ttl_tables() and (not suffix or name.endswith(suffix)):
+            _, has, rest = query.partition(" TTL ")
+            out[table] = rest.rsplit(" SETTINGS ", 1)[0] if has else ""
+    return out
+
+
+def _same(store: _Store, pairs: list[tuple[str, str]]) -> list[bool]:
+    """Whether each pair of TTL expressions is one expression, as the engine formats it."""
+    if not pairs:
+        return []
+    texts = [f"ALTER TABLE t MODIFY TTL {x}" for pair in pairs for x in pair]
+    formatted = [row[0] for row in store.client.query(
+        "SELECT formatQuerySingleLine(q) FROM (SELECT arrayJoin({q:Array(String)}) AS q)",
+        parameters={"q": texts}).result_rows]
+    return [formatted[2 * i] == formatted[2 * i + 1] for i in range(len(pairs))]
+
+
+def apply(store: _Store, policy: RetentionPolicy, *, materialize: bool = False) -> list[str]:
+    """Put the policy on the store's tables (at every start): only tables whose TTL changes
+    are altered, each with its parts' stored TTL dates recomputed under the new TTL before a
+    TTL merge may act on them (module docstring). `materialize` recomputes them for every
+    table with a TTL. Returns the TTL statements run."""
+    _check_names(store.database, store.cluster)
+    current = _current(store)
+    wanted = ttl_clauses(policy, store.database, store.cluster)
+    compared = [t for t, clause in wanted.items() if clause is not None and current.get(t)]
+    same = dict(zip(compared, _same(store, [(current[t], wanted[t] or "")
+                                             for t in compared]), strict=True))
+    statements = []
+    for table, clause in wanted.items():
+        target = _target(store.database, table, store.cluster)
+        if clause is None:
+            if current.get(table):
+                statements.append(f"ALTER TABLE {target} REMOVE TTL")
+                store.client.command(statements[-1])
+        elif not same.get(table):
+            statements.append(f"ALTER TABLE {target} MODIFY TTL {clause}")
+            _recomputed(store, table, statements[-1])
+        elif materialize:
+            _recomputed(store, table, f"ALTER TABLE {target} MATERIALIZE TTL")
     return statements
+
+
+def _recomputed(store: _Store, table: str, statement: str) -> None:
+    """Run a TTL change (or MATERIALIZE TTL) with the table's TTL merges stopped, so no merge
+    drops a part by dates computed under the TTL being replaced; returns once every part's
+    dates are recomputed (`materialize_ttl_recalculate_only`: nothing is deleted by it)."""
+    on = f" ON CLUSTER {store.cluster}" if store.cluster else ""
+    name = f"{store.database}.{table}{'_local' if store.cluster else ''}"
+    store.client.command(f"SYSTEM STOP TTL MERGES{on} {name}")
+    try:
+        store.client.command(f"ALTER TABLE {name}{on} MODIFY SETTING "
+                             "materialize_ttl_recalculate_only = 1")
+        store.client.command(statement, settings={"materialize_ttl_after_modify": 1,
+                                                  "mutations_sync": 2})
+    finally:
+        store.client.command(f"SYSTEM START TTL MERGES{on} {name}")

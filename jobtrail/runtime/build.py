@@ -12,10 +12,8 @@ from jobtrail.reports import retention
 from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.incidents.eviction import Eviction
-from processors.incidents.rules import load_rules
 from processors.pipeline import Pipeline
 from processors.topology import Topology
-from schemas import topology as topology_file
 
 
 def open_store(settings: Settings) -> Store:
@@ -35,9 +33,8 @@ def open_store(settings: Settings) -> Store:
 
 
 def load_topology(settings: Settings) -> Topology:
-    if settings.topology_file is None:
-        return Topology()
-    return Topology.from_file(topology_file.load(settings.topology_file))
+    spec = settings.topology_spec()
+    return Topology() if spec is None else Topology.from_file(spec)
 
 
 def eviction(settings: Settings) -> Eviction:
@@ -55,7 +52,7 @@ def build_sink(settings: Settings, store: Store, topology: Topology | None = Non
     pipeline = Pipeline(timedelta(seconds=settings.attribution_slack_s),
                         topology or load_topology(settings),
                         timedelta(seconds=settings.lateness_s),
-                        load_rules(settings.rules_file), eviction(settings))
+                        settings.rules(), eviction(settings))
     sink = Sink(store, pipeline)
     if restore:
         sink.restore()

@@ -40,6 +40,7 @@ from jobtrail.store.rows import (
     event_from_row,
     string_set,
 )
+from jobtrail.variables import IDENTIFIER
 from processors.attempts import Attempt
 from processors.pipeline import Outputs
 from schemas.dead_letters import DeadLetter
@@ -47,7 +48,18 @@ from schemas.events import Event
 
 EVENT_IDS_COLUMNS = EVENT_IDS_SCHEMA.names
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+def _check_identifiers(database: str, cluster: str) -> None:
+    """The database and cluster names are written into SQL text (identifiers cannot be bound
+    as parameters): only ClickHouse's plain identifiers (`jobtrail.variables.IDENTIFIER`,
+    also checked when the settings are read)."""
+    if not isinstance(database, str) or not IDENTIFIER.fullmatch(database):
+        raise ValueError(f"database name {database!r} is not a plain identifier (letters, "
+                         "digits and _, not starting with a digit, at most 64)")
+    if cluster and not IDENTIFIER.fullmatch(cluster):
+        raise ValueError(f"cluster name {cluster!r} is not a plain identifier (letters, "
+                         "digits and _, not starting with a digit, at most 64)")
 
 _JSON_INSERT = {
     "input_format_json_read_objects_as_strings": 1,
@@ -75,6 +87,7 @@ def _statements(sql: str) -> list[str]:
 class Store(IncidentTables):
     def __init__(self, client: Any, database: str, retry: RetryPolicy | None = None,
                  cluster: str = "") -> None:
+        _check_identifiers(database, cluster)  # both reach SQL text unquoted
         self.client = client
         self.database = database
         self.retry = retry or RetryPolicy()
@@ -88,10 +101,7 @@ class Store(IncidentTables):
                 cluster: str = "") -> Store:
         """`timeout_s` bounds one request to a server (not the embedded engine); `cluster`
         names the server's cluster for Replicated + Distributed tables."""
-        if not _IDENT.match(database):
-            raise ValueError(f"database name {database!r} is not a plain identifier")
-        if cluster and not _IDENT.match(cluster):
-            raise ValueError(f"cluster name {cluster!r} is not a plain identifier")
+        _check_identifiers(database, cluster)
         on_cluster = f" ON CLUSTER {cluster}" if cluster else ""
         # inserts into Distributed tables return once the shards have the rows
         settings = {"distributed_foreground_insert": 1} if cluster else None

@@ -25,6 +25,12 @@ INCIDENT_LIST = ("incident_id, cluster, status, severity, class, entity, owner, 
                  "projects, confidence")
 
 
+def confidence(stored: Any) -> float:
+    """A cause's confidence as it was decided: the column is Float32, which reads back as
+    0.8500000238418579 for 0.85 (four decimals are more than any rule states)."""
+    return round(float(stored), 4)
+
+
 class IncidentTables:
     client: Any
     database: str
@@ -143,6 +149,8 @@ class IncidentTables:
             all=projects is None, projects=list(projects or []), status=status,
             since=since or datetime(1970, 1, 1, tzinfo=UTC), limit=limit,
             infra=infrastructure and projects is None)
+        for row in rows:
+            row["confidence"] = confidence(row["confidence"])
         if projects is None or not rows:
             return rows
         jobs: dict[str, list[dict[str, Any]]] = {}
@@ -168,6 +176,7 @@ class IncidentTables:
         if not rows:
             return None
         out = rows[0]
+        out["confidence"] = confidence(out["confidence"])
         out["jobs"] = self._dicts(
             "SELECT * EXCEPT version FROM incident_jobs FINAL WHERE incident_id = {id:String} "
             "AND role != 'moved' ORDER BY project, job_id, attempt", id=incident_id)
@@ -187,6 +196,12 @@ class IncidentTables:
             entry["data"] = json.loads(entry["data"])
         out["still_drained"] = [{"node": node, "since": since} for node, since in still_drained(
             (e["time"], e["type"], e["entity"], e["role"]) for e in out["evidence"])]
+        # the node state events the incident's evidence holds (drained, not ready, back),
+        # oldest first: what `incident show` reads the nodes still out of service from
+        out["drained"] = [{"node": str(e["entity"]).split("/", 1)[0], "entity": e["entity"],
+                           "type": e["type"], "time": e["time"], "message": e["why"]}
+                          for e in out["evidence"]
+                          if e["type"] in ("node.drained", "node.not_ready", "node.ready")]
         if projects is not None and out.get("linked"):  # only those the caller may read
             out["linked"] = [str(r[0]) for r in self._q(
                 "SELECT incident_id FROM incidents FINAL WHERE incident_id IN "
@@ -230,3 +245,22 @@ class IncidentTables:
             "'first_event') FROM incident_log WHERE incident_id = {id:String} "
             "AND kind = 'opened') ORDER BY cluster LIMIT 1", id=incident_id)
         return str(result.result_rows[0][0]) if result.result_rows else None
+
+    def incidents_of_events(self, project: str, event_ids: Sequence[str]
+                            ) -> dict[str, tuple[str, str]]:
+        """event id -> (incident id, its title) for the events that are evidence of an
+        incident touching `project` (a job timeline names the incident of each row)."""
+        if not event_ids:
+            return {}
+        rows = self._dicts(
+            "SELECT e.event_id AS event_id, e.incident_id AS incident_id, i.title AS title "
+            "FROM (SELECT event_id, incident_id FROM incident_evidence FINAL "
+            "WHERE event_id IN {ids:Array(String)} AND role != 'moved') AS e "
+            "INNER JOIN (SELECT incident_id, title FROM incidents FINAL "
+            "WHERE has(projects, {project:String}) AND NOT has(flags, 'withdrawn')) AS i "
+            "ON e.incident_id = i.incident_id ORDER BY e.event_id, e.incident_id",
+            ids=sorted(set(event_ids)), project=project)
+        out: dict[str, tuple[str, str]] = {}
+        for r in rows:
+            out.setdefault(str(r["event_id"]), (str(r["incident_id"]), str(r["title"])))
+        return out

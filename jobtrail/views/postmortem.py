@@ -33,7 +33,7 @@ PAGE_CSS = """
 body { font: 15px/1.5 system-ui, sans-serif; color: #1d2329; background: #f5f6f8; margin: 0; }
 a { color: #0b5cad; } code { font: .9em ui-monospace, monospace; background: #eceff3;
   padding: 0 .2em; border-radius: 3px; }
-.page { display: grid; grid-template-columns: minmax(0, 1fr) 21rem; gap: 1.25rem;
+.page { display: grid; grid-template-columns: minmax(0, 1fr) 18rem; gap: 1.25rem;
   max-width: 80rem; margin: 0 auto; padding: 1rem 1.5rem; }
 .page.export { grid-template-columns: minmax(0, 1fr); max-width: 58rem; }
 header.top, main, .card { background: #fff; border: 1px solid #d8dde2; border-radius: 6px;
@@ -44,9 +44,11 @@ dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: .1rem 1re
 nav.links a { margin-right: 1.25rem; }
 main h1 { font-size: 1.5rem; margin-top: .25rem; }
 main h2 { font-size: 1.15rem; border-bottom: 1px solid #d8dde2; margin-top: 1.6rem; }
-table { border-collapse: collapse; font-size: .9rem; display: block; overflow-x: auto; }
-td, th { border: 1px solid #d8dde2; padding: .25rem .5rem; text-align: left;
-  vertical-align: top; }
+main { min-width: 0; }
+table { border-collapse: collapse; font-size: .78rem; width: 100%; }
+td, th { border: 1px solid #d8dde2; padding: .2rem .35rem; text-align: left;
+  vertical-align: top; } th { font-weight: 600; font-size: .74rem; }
+td code { overflow-wrap: anywhere; }
 aside .card { margin-bottom: 1rem; } aside h2 { font-size: 1rem; margin: .2rem 0 .4rem; }
 aside ul { padding-left: 1.1rem; margin: 0; }
 li.open, li.overdue, li.missing { color: #a04000; } li.done { color: #17692f; }
@@ -58,7 +60,11 @@ button { font: inherit; margin-top: .3rem; padding: .3rem .9rem; border-radius: 
 button.quiet { background: #fff; color: #0b5cad; }
 #outcome { color: #a04000; font-weight: 600; } #outcome:empty { display: none; }
 @media (max-width: 60rem) { .page { grid-template-columns: minmax(0, 1fr); } }
-@media print { aside, form { display: none; } body { background: #fff; } }
+p.open { color: #a04000; } p.done { color: #17692f; }
+@media print { aside, form { display: none; } body { background: #fff; }
+  .page { display: block; max-width: none; padding: 0; }
+  header.top, main { border: 0; padding: 0; }
+  table { font-size: 7.5pt; } td, th { padding: .05rem .15rem; } }
 """
 """One stylesheet for the review page and the HTML export, inlined in both (no external
 asset); the CSP admits exactly this text by its hash."""
@@ -144,8 +150,8 @@ def document(inc: Incident, today: date | None = None) -> dict[str, Any]:
                        "reviewers": list(pm.reviewers), "approved_by": pm.approved_by,
                        "published_at": pm.published_at, "digest": pm.digest,
                        "waived": pm.waived, "stale": pm.stale,
-                       "reviews": [{"kind": k, "by": b, "comment": c}
-                                   for k, b, c in pm.reviews],
+                       "reviews": [{"kind": k, "by": b, "comment": c, "at": t}
+                                   for k, b, c, t in pm.reviews],
                        "revision": len(pm.revisions) + 1 if pm.published_at else 0,
                        "revisions": [{"revision": r, "by": b, "at": t, "section": s,
                                       "why": w} for r, b, t, s, w in pm.revisions]},

@@ -1,14 +1,15 @@
 """Render a job's cross-system timeline for a terminal.
 
 Grouped by attempt, one colour per source, times relative to the attempt's start (or its
-first row), and bursts collapsed: 64 NCCL timeouts within a few seconds are one line that
+first row), each row ending with the incident it is evidence of (`[inc-…]`), and bursts
+collapsed: 64 NCCL timeouts within a few seconds are one line that
 says x64 and names the first and last entity, because that is how an on-call engineer
 reads them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -74,15 +75,22 @@ def _attempt_header(attempt: Attempt | None, number: int, colour: bool) -> str:
 
 
 def render(job_id: str, rows: Sequence[dict[str, Any]], attempts: Sequence[Attempt], *,
-           colour: bool = True, width: int = 160) -> str:
+           colour: bool = True, width: int = 160,
+           incidents: Mapping[str, tuple[str, str]] | None = None) -> str:
+    """The timeline; `incidents` (event id -> incident id and title) names, at the end of
+    each row, the incident that row is evidence of, and lists those incidents up top."""
     if not rows:
         return f"no timeline rows for {field(job_id)} (check the job id and --project)\n"
+    incidents = incidents or {}
     by_attempt: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_attempt.setdefault(int(row["attempt"]), []).append(row)
     known = {a.attempt: a for a in attempts}
     lines = [f"timeline of {field(job_id)}: {len(rows)} rows, sources: "
              + ", ".join(sorted({r['source'] for r in rows}))]
+    named = sorted({v for r in rows if (v := incidents.get(r.get("event_id", "")))})
+    lines += [f"incident {field(i)}: {field(title)} (jobtrail incident show {field(i)})"
+              for i, title in named]
     for number in sorted(by_attempt):
         group = by_attempt[number]
         attempt = known.get(number)
@@ -103,5 +111,7 @@ def render(job_id: str, rows: Sequence[dict[str, Any]], attempts: Sequence[Attem
                 link = f"{link} .. {field(last)} (x{count})"
             text = (f"{_relative(row['time'] - origin):>10} {row['time']:%H:%M:%S} "
                     f"{start}{source:<9} {row['type']:<20}{end} {link:<34} {message}")
-            lines.append(text[: width + len(start) + len(end)])
+            tag = incidents.get(row.get("event_id", ""))
+            suffix = f"  [{field(tag[0])}]" if tag else ""
+            lines.append(text[: width + len(start) + len(end) - len(suffix)] + suffix)
     return "\n".join(lines) + "\n"

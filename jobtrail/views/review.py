@@ -130,6 +130,13 @@ def page(inc: Incident, today: date | None = None, viewer: dict[str, Any] | None
     pm = inc.pm
     author = str(viewer.get("name") or "") in pm.authors
     role = str(viewer.get("role") or "")
+    last = pm.reviews[-1] if pm.reviews else None
+    asked = (f"<p id=\"changes-requested\" class=\"open\"><strong>{esc(last[1])}</strong> "
+             f"requested changes: “{esc(last[2])}”</p>"
+             if last and last[0] == "changes_requested" and pm.status == "draft" else "")
+    approved = (f"<p id=\"approval\" class=\"done\"><strong>{esc(last[1])}</strong> "
+                f"approved" + (f": “{esc(last[2])}”" if last[2] else "") + "</p>"
+                if last and last[0] == "approved" and pm.status == "approved" else "")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>Postmortem {esc(inc.id)}</title>
@@ -140,7 +147,7 @@ def page(inc: Incident, today: date | None = None, viewer: dict[str, Any] | None
 <header class="top"><p>Incident <code>{esc(inc.id)}</code> · {esc(inc.severity)} · incident
 {esc(inc.status)}</p>{facts(inc, links or Links())}</header>
 <main id="postmortem">{to_html(draft.markdown(inc))}</main>
-<aside><div class="card" id="actions">{signed_in}<h2>Next</h2>
+<aside><div class="card" id="actions">{signed_in}<h2>Next</h2>{asked}{approved}
 {actions(pm.status, author, pm.reviewers, role)}<p id="outcome" role="status"></p></div>
 {section_forms(doc["sections"], pm.status, role)}
 <div class="card"><h2>Commander checklist</h2><ul id="checklist">{checklist_rows}</ul></div>

@@ -74,7 +74,7 @@ def happened(payload: Payload, event: IncidentEvent) -> datetime:
 
 
 def _told_text(p: Payload) -> str:
-    if isinstance(p, ev.NoteAdded | ev.Mitigated):
+    if isinstance(p, ev.NoteAdded | ev.Mitigated | ev.Resolved):
         return p.text
     if isinstance(p, ev.CommanderAssigned):
         return p.person

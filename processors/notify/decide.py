@@ -16,7 +16,9 @@ Then, in this order:
    acknowledged, mitigated or resolved (at most `max_repeats`; only the reminder due now
    is sent, earlier unsent ones are superseded by it);
    a transition more than `max_age_s` older than the newest incident event is stale
-   (a backfill of old history does not page anyone);
+   (a backfill of old history does not page anyone); and an incident that was over (resolved,
+   mitigated, or every failed job recovered) before jobtrail first saw it (`seen`: its log's
+   first record, wall clock) is history, not paged unless the subscription asks (`history`);
 5. across incidents: silences, then a job-symptom incident whose cause is an entity another
    incident already notified this subscriber about is muted, then the rate limit;
 6. quiet hours move what may wait to their end; digests to the next cron tick.
@@ -317,27 +319,60 @@ def _repeats(sub: Subscription, incident: str, first: Decision, final: Incident,
     return out
 
 
+HISTORY_SLACK = timedelta(minutes=5)
+"""How long before jobtrail saw an incident it may have been over and still be live (clock
+skew between a source and this host, a batch in flight)."""
+
+
+def over_at(inc: Incident) -> datetime | None:
+    """When the incident was over, in event time: resolved, mitigated, or every failed job
+    recovered (None while it is not)."""
+    failed = [j for j in inc.jobs.values() if j.role == "failed"]
+    recovered = max(j.verified_at for j in failed if j.verified_at) \
+        if failed and all(j.verified_at for j in failed) else None
+    ends = [t for t in (inc.resolved_at, inc.mitigated_at, recovered) if t is not None]
+    return min(ends) if ends else None
+
+
+def _history(sub: Subscription, decisions: list[Decision], final: Incident,
+             seen: datetime | None) -> list[Decision]:
+    """An incident over before it was seen (a backfill, a late import) pages nobody unless
+    the subscription asks: its decisions are logged as suppressed, saying so."""
+    if sub.history or seen is None:
+        return decisions
+    ended = over_at(final)
+    if ended is None or ended >= seen - HISTORY_SLACK:
+        return decisions
+    why = (f"history: over at {ended:%Y-%m-%d %H:%M} UTC, before jobtrail saw it at "
+           f"{seen:%Y-%m-%d %H:%M} UTC (a backfill); a subscription with history pages it")
+    return [replace(d, status="suppressed", reason=why) if d.status == "pending" else d
+            for d in decisions]
+
+
 def decide(subscriptions: Iterable[Subscription], silences: Sequence[Silence],
            logs: Mapping[str, Sequence[IncidentEvent]], now: datetime,
-           watermark: datetime | None = None) -> list[Decision]:
+           watermark: datetime | None = None,
+           seen: Mapping[str, datetime] | None = None) -> list[Decision]:
     """Every decision for every enabled subscription, ordered by subscription and time.
     `watermark` is the newest incident event time (default: the newest in `logs`; pass it
-    when `logs` holds only the incidents that changed)."""
+    when `logs` holds only the incidents that changed); `seen` when each incident was first
+    recorded (wall clock; an incident not in it is taken as live)."""
     from processors.notify.schedule import deliver_at
 
     out: list[Decision] = []
     if watermark is None:
         watermark = max((e.time for log in logs.values() for e in log), default=now)
-    seen: dict[tuple[str, tuple[str, ...]], History] = {}
+    known: dict[tuple[str, tuple[str, ...]], History] = {}
     for sub in sorted(subscriptions, key=lambda s: s.id):
         if not sub.enabled:
             continue
         mine: list[Decision] = []
         for incident, log in logs.items():
             key = (incident, tuple(sorted(sub.projects)))
-            if key not in seen:
-                seen[key] = history(log, sub.projects)
-            mine += for_incident(sub, incident, log, now, seen[key])
+            if key not in known:
+                known[key] = history(log, sub.projects)
+            mine += _history(sub, for_incident(sub, incident, log, now, known[key]),
+                             known[key].final, (seen or {}).get(incident))
         mine.sort(key=lambda d: (d.not_before, d.time, d.incident_id, d.key))
         if sub.max_age_s:
             oldest = watermark - timedelta(seconds=sub.max_age_s)

@@ -13,6 +13,10 @@ from urllib.parse import quote
 from ingest.redact import redact_text
 from processors.incidents.model import Incident, IncidentEvent, fold, recovery_of
 from processors.notify.model import Decision, Subscription
+from processors.notify.words import acknowledgement, push, text
+
+__all__ = ["HEADLINES", "Links", "acknowledgement", "as_of", "incident_dashboard",
+           "job_timeline", "message", "recovery_words", "text"]
 
 HEADLINES = {
     "first": "opened, owned by {owner}", "opened": "opened, owned by {owner}",
@@ -70,19 +74,27 @@ def _scrub(inc: Incident, projects: Sequence[str]) -> Any:
 
 
 def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
-            links: Links = Links(), *, transitions: Sequence[Decision] = ()) -> dict[str, Any]:
-    """The message for decision `d` (and, for a digest, the other decisions it carries)."""
+            links: Links = Links(), *, transitions: Sequence[Decision] = (),
+            now: datetime | None = None, seen: datetime | None = None) -> dict[str, Any]:
+    """The message for decision `d` (and, for a digest, the other decisions it carries),
+    made at `now` (default: when it may go out) for an incident jobtrail first recorded at
+    `seen` (None: not known)."""
     inc = as_of(log, d.not_before)
     if inc is None:
         raise ValueError(f"no incident log for {d.incident_id}")
+    made = (now or d.not_before).replace(microsecond=0)  # a retry (ms in store) says the same
     scrub = _scrub(inc, sub.projects)
     mine = set(sub.projects)
     jobs = sorted((j for j in inc.jobs.values() if not mine or j.project in mine),
-                  key=lambda j: j.key)
+                  key=lambda j: (j.role != "failed", j.key))
     kind = "first" if d.key == "first" else d.transition
+    resolved = _told(inc, "resolved")
+    mitigated = _told(inc, "mitigated")
     headline = HEADLINES.get(kind, kind).format(
         severity=inc.severity, klass=inc.klass, entity=scrub(inc.entity), owner=inc.owner,
         why=scrub(inc.severity_why or "no reason recorded"))
+    if kind == "resolved" and resolved is not None:
+        headline = f"resolved by {scrub(resolved.by)}"
     recovery = recovery_of(jobs)
     first_job = next((j for j in jobs if j.role == "failed"), jobs[0] if jobs else None)
     timeline = job_timeline(links.grafana, inc, first_job, d.not_before)
@@ -97,7 +109,7 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
         if inc.acknowledged_at else None
     proposals = sorted((a for a in inc.actions.values() if a.status in ("proposed", "open")),
                        key=lambda a: (a.status != "open", a.action_id))[:2]
-    return {
+    msg: dict[str, Any] = {
         "id": d.id,
         "type": f"incident.{kind}",
         "subscription": {"id": sub.id, "name": sub.name, "owner": sub.owner},
@@ -105,6 +117,8 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
         "folded": list(d.folded),
         "headline": f"[{inc.severity}] {scrub(inc.title or inc.klass)}: {headline}",
         "time": d.time.isoformat(),
+        "made_at": made.isoformat(),
+        "age_s": max(0, int((made - d.time).total_seconds())),
         "incident": {
             "id": inc.id, "title": scrub(inc.title), "status": inc.status,
             "severity": inc.severity, "severity_why": scrub(inc.severity_why),
@@ -114,9 +128,18 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
                       "confidence": round(inc.confidence, 2),
                       "explanation": scrub(inc.explanation)},
             "opened_at": inc.opened_at.isoformat() if inc.opened_at else None,
+            "first_signal_at": inc.first_signal_at.isoformat() if inc.first_signal_at
+            else None,
+            "seen_at": seen.isoformat() if seen else None,
             "acknowledged": inc.acknowledged_at is not None,
             "acknowledged_by": scrub(acked.by) if acked else "",
             "acknowledged_at": acked.at.isoformat() if acked else None,
+            "mitigated_by": scrub(mitigated.by) if mitigated else "",
+            "mitigated_at": mitigated.at.isoformat() if mitigated else None,
+            "mitigation": scrub(mitigated.text) if mitigated else "",
+            "resolved_by": scrub(resolved.by) if resolved else "",
+            "resolved_at": resolved.at.isoformat() if resolved else None,
+            "resolution": scrub(resolved.text) if resolved else "",
             "what": scrub(_what(inc, mine)),
             "impact": {"jobs": len(jobs), "gpus": sum(j.gpus for j in jobs),
                        "lost_gpu_hours": lost, "assessed": assessed,
@@ -128,6 +151,13 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
             "recovery_words": recovery_words(recovery, restored) if jobs else
             "no job hit so far",
             "jobs": [f"{j.project}/{j.job_id}/{j.attempt}" for j in jobs[:20]],
+            "job_impacts": [{"job": f"{j.project}/{j.job_id}", "attempt": j.attempt,
+                             "role": j.role, "gpus": j.gpus,
+                             "failed_at": j.failed_at.isoformat() if j.failed_at else None,
+                             "failure_step": j.failure_step,
+                             "recovery": recovery_words(j.recovery, j.restored_step)}
+                            for j in jobs[:20]],
+            "nodes": _nodes(inc, mine)[:20],
             "actions": [{"id": a.action_id, "title": scrub(a.title), "status": a.status,
                          "command": (f"jobtrail incident action-accept {inc.id} {a.action_id}"
                                      if a.status == "proposed" else
@@ -143,16 +173,37 @@ def message(sub: Subscription, d: Decision, log: Sequence[IncidentEvent],
         "digest": [{"incident": t.incident_id, "transition": t.transition,
                     "time": t.time.isoformat()} for t in transitions],
     }
+    msg["push"] = push(msg)
+    return msg
 
 
-def incident_dashboard(grafana: str, inc: Incident) -> str:
-    """The incident's page in Grafana (the jobtrail-incident dashboard)."""
-    return f"{grafana}/d/jobtrail-incident?var-incident={quote(inc.id)}"
+def _told(inc: Incident, kind: str) -> Any:
+    """The latest thing people did of `kind` (who, when, what they said), or None."""
+    told = [t for t in inc.story.values() if t.kind == kind]
+    return max(told, key=lambda t: (t.at, t.event_id)) if told else None
 
 
-def job_timeline(grafana: str, inc: Incident, job: Any, until: datetime | None) -> str:
+def _nodes(inc: Incident, mine: set[str]) -> list[str]:
+    """The nodes the incident's evidence names (a node's own events: an Xid, a drain),
+    those of the subscriber's projects' jobs only when it is bound to some."""
+    found = {e.entity.split("/", 1)[0] for e in inc.evidence.values()
+             if e.source == "node" and e.entity and (not mine or not e.project
+                                                     or e.project in mine)}
+    return sorted(found, key=lambda n: (len(n), n))
+
+
+def incident_dashboard(grafana: str, inc: Incident | str) -> str:
+    """The incident's page in Grafana (the jobtrail-incident dashboard); every link to it is
+    built here."""
+    incident_id = inc if isinstance(inc, str) else inc.id
+    return f"{grafana}/d/jobtrail-incident?var-incident={quote(incident_id)}"
+
+
+def job_timeline(grafana: str, inc: Incident | Any, job: Any, until: datetime | None) -> str:
     """The job dashboard at `job`'s attempt and the incident's time range (up to `until`,
-    or the job's failure); '' without a job. Messages and the postmortem page link it."""
+    or the job's failure); '' without a job. Messages, the postmortem page and `incident
+    show` link it (`inc` needs only `first_signal_at`; `job` project, job_id, attempt,
+    failed_at, last_checkpoint_at)."""
     if job is None:
         return ""
     end = until or job.failed_at
@@ -184,53 +235,3 @@ def _what(inc: Incident, mine: set[str]) -> str:
     return story.summary(inc).replace("\\", "")
 
 
-def _impact_line(inc: dict[str, Any]) -> str:
-    impact = inc["impact"]
-    line = f"Impact: {impact['jobs']} job(s), {impact['gpus']} GPUs"
-    if impact.get("assessed", True):
-        line += f", {impact['lost_gpu_hours']} GPU-hours lost"
-    elif impact.get("at_risk_gpu_hours"):
-        line += (f"; at risk {impact['at_risk_gpu_hours']} GPU-hours (GPUs x time since the "
-                 "last checkpoint; the loss is assessed when progress resumes)")
-    return line + (f" (and jobs of {impact['other_projects']} other project(s))"
-                   if impact["other_projects"] else "")
-
-
-def acknowledgement(inc: dict[str, Any]) -> str:
-    """Who acknowledged the incident and when, in words ('' when nobody has)."""
-    if not inc.get("acknowledged_by"):
-        return ""
-    at = datetime.fromisoformat(inc["acknowledged_at"]) if inc.get("acknowledged_at") else None
-    return f"by {inc['acknowledged_by']}" + (f" at {at:%Y-%m-%d %H:%M} UTC" if at else "")
-
-
-def text(msg: dict[str, Any]) -> str:
-    """The plain-text body every channel starts from."""
-    inc = msg["incident"]
-    impact = inc["impact"]
-    cause = inc["cause"]
-    del impact
-    lines = [msg["headline"]]
-    if inc.get("what"):
-        lines.append(f"What happened: {inc['what']}")
-    lines += [f"Cause: {cause['class'] or inc['class']} on {cause['entity'] or inc['entity']}"
-              f" ({cause['confidence']:.2f}): {cause['explanation']}".rstrip(": "),
-              f"Owner: {inc['owner']} ({inc['owner_why']})" if inc["owner_why"]
-              else f"Owner: {inc['owner']}",
-              _impact_line(inc),
-              f"Recovery: {inc.get('recovery_words') or inc['recovery'] or 'n/a'}; "
-              f"status {inc['status']}"]
-    if inc.get("acknowledged_by"):
-        lines.append(f"Acknowledged: {acknowledgement(inc)}")
-    lines += [f"Proposed: {a['title']} ({a['command']})" for a in inc.get("actions", [])]
-    if msg["links"].get("ack"):
-        lines.append(f"Acknowledge: {msg['links']['ack']} (or {inc['ack_command']})")
-    elif inc["status"] == "open" and inc.get("ack_command"):
-        lines.append(f"Acknowledge: {inc['ack_command']}")
-    lines.append(f"Incident: {msg['links']['incident']}")
-    if msg["links"]["timeline"]:
-        lines.append(f"Job timeline: {msg['links']['timeline']}")
-    if msg["digest"]:
-        lines.append(f"{len(msg['digest'])} change(s) in this digest:")
-        lines += [f"- {t['time']} {t['incident']} {t['transition']}" for t in msg["digest"]]
-    return "\n".join(lines)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -162,6 +162,28 @@ class Channel(BaseModel):
         return self
 
 
+class Creator(BaseModel):
+    """Who made a subscription, as their credential said then: an acknowledge link in its
+    messages may do only what this principal may do now (`jobtrail.alerts.links`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    kind: str = "person"
+    credential: str = ""
+    """The credential's label: `cli:...` (the host's operator), `token:...`, `oidc:...`,
+    `proxy`."""
+    role: str = ""
+    projects: tuple[str, ...] = ()
+    operator: bool = False
+
+    @classmethod
+    def of(cls, who: Any) -> Creator:
+        """A principal (`jobtrail.identity.Principal`) as a creator."""
+        return cls(name=who.name, kind=who.kind, credential=who.credential, role=who.role,
+                   projects=tuple(sorted(who.projects)), operator=who.operator)
+
+
 class Subscription(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -194,6 +216,12 @@ class Subscription(BaseModel):
     created_by: str = ""
     """The principal that made it (HTTP); only it, or an operator, may replace or delete
     it. '' for an operator's (the CLI's)."""
+    creator: Creator | None = None
+    """Who made it, operators too (None for one made before this was recorded: then
+    `created_by`, or an operator)."""
+    history: bool = False
+    """Also page what was over before jobtrail saw it (a backfill, a late import): by
+    default such transitions are logged as suppressed, not sent."""
 
     @field_validator("name", "owner", "disabled_reason")
     @classmethod

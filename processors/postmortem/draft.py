@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 TEMPLATE_PATH = Path(__file__).with_name("postmortem.md.j2")
 TEMPLATE_DIGEST = hashlib.sha256(TEMPLATE_PATH.read_bytes()).hexdigest()[:12]
-LIVE = ("followups", "learnings")
+LIVE = ("followups", "learnings", "participants")
 TIMELINE_LINES = 40
 
 # --- the sections ---------------------------------------------------------------------------
@@ -248,6 +248,16 @@ def followups(inc: Incident) -> str:
             "|---|---|---|---|---|---|---|\n" + "\n".join(rows))
 
 
+def shown_path(path: str) -> str:
+    """Where a learning artefact is, without the server's directories: from `learnings/`
+    on for one made in the home (`learnings/samples/sample-inc-….yaml`), else its file
+    name (a postmortem is read and exported off the server)."""
+    parts = path.replace("\\", "/").split("/")
+    if "learnings" in parts:
+        return "/".join(parts[len(parts) - 1 - parts[::-1].index("learnings"):])
+    return parts[-1]
+
+
 def learnings(pm: Postmortem) -> str:
     names = {"sample": "Failure sample", "monitor": "Monitor", "runbook": "Runbook entry"}
     lines = []
@@ -256,11 +266,30 @@ def learnings(pm: Postmortem) -> str:
         if got is None:
             lines.append(f"- {names[kind]}: to do")
         elif got.path:
-            lines.append(f"- {names[kind]}: {code(got.path)}"
+            digest = f" (sha256 {got.digest[:12]})" if got.digest else ""
+            lines.append(f"- {names[kind]}: {code(shown_path(got.path))}{digest}"
                          + (f", {esc(got.check)}" if got.check else ""))
         else:
             lines.append(f"- {names[kind]}: not made: {esc(got.reason)}")
     return "\n".join(lines)
+
+
+REVIEW_WORDS = {"review_requested": "asked for review by", "changes_requested":
+                "requested changes", "approved": "approved"}
+
+
+def review(pm: Postmortem) -> list[str]:
+    """The review loop, in order: who asked whom, the changes requested and the approval,
+    with their comments (live: rendered from the state at render time)."""
+    out = []
+    for kind, by, comment, at in pm.reviews:
+        verb = REVIEW_WORDS.get(kind, kind)
+        if kind == "review_requested":
+            out.append(f"- {when(at)} {esc(by)} {verb} {esc(comment) or 'a reviewer'}")
+        else:
+            out.append(f"- {when(at)} {esc(by)} {verb}" + (f": “{esc(comment)}”" if comment
+                                                           else " (no comment)"))
+    return out
 
 
 def sections(inc: Incident, incidents: Mapping[str, Incident], owner: str) -> dict[str, str]:
@@ -287,8 +316,9 @@ def section_texts(inc: Incident) -> list[dict[str, object]]:
     for name in SECTIONS:
         stored = pm.sections.get(name)
         if name in LIVE and (stored is None or stored.provenance != "human"):
-            text, provenance, position, stale = (
-                followups(inc) if name == "followups" else learnings(pm)), "auto", inc.seq, False
+            text = (followups(inc) if name == "followups" else participants(inc)
+                    if name == "participants" else learnings(pm))
+            provenance, position, stale = "auto", inc.seq, False
         elif stored is None:
             continue
         else:
@@ -306,7 +336,7 @@ def markdown(inc: Incident) -> str:
         incident_id=inc.id, title=esc(inc.title or inc.klass), pm=inc.pm,
         owner=esc(inc.pm.owner or "not named"),
         sections=section_texts(inc), template=TEMPLATE_DIGEST,
-        published=when(inc.pm.published_at),
+        published=when(inc.pm.published_at), review=review(inc.pm),
         revisions=[{"revision": r, "by": esc(b), "at": when(t), "section": esc(s),
                     "why": esc(w)} for r, b, t, s, w in inc.pm.revisions])
 

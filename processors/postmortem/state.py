@@ -86,7 +86,9 @@ class Postmortem:
     published_at: datetime | None = None
     digest: str = ""
     waived: str = ""
-    reviews: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, by, comment)
+    reviews: list[tuple[str, str, str, datetime]] = field(default_factory=list)
+    """The review loop in order: (kind, by, comment, at); kind is review_requested (the
+    comment names the reviewers), changes_requested or approved."""
     learnings: dict[str, Learning] = field(default_factory=dict)
     revisions: list[tuple[int, str, datetime, str, str]] = field(default_factory=list)
     """Amendments after publication: (revision, by, at, section, why)."""
@@ -129,13 +131,13 @@ def fold(pm: Postmortem, payload: ev.Payload, by: str, time: datetime) -> None:
             pm.status, pm.approved_by, pm.approved_at = "draft", "", None
     elif isinstance(payload, ev.PostmortemReviewRequested):
         pm.status, pm.reviewers = "in_review", tuple(payload.reviewers)
-        pm.reviews.append(("review_requested", by, ", ".join(payload.reviewers)))
+        pm.reviews.append(("review_requested", by, ", ".join(payload.reviewers), time))
     elif isinstance(payload, ev.PostmortemChangesRequested):
         pm.status = "draft"
-        pm.reviews.append(("changes_requested", by, payload.comment))
+        pm.reviews.append(("changes_requested", by, payload.comment, time))
     elif isinstance(payload, ev.PostmortemApproved):
         pm.status, pm.approved_by, pm.approved_at = "approved", by, time
-        pm.reviews.append(("approved", by, payload.comment))
+        pm.reviews.append(("approved", by, payload.comment, time))
     elif isinstance(payload, ev.PostmortemPublished):
         for name, text in (getattr(payload, "human", None) or {}).items():  # v1
             pm.sections[name] = Section(name, text, "human", edited_by=by)

@@ -123,8 +123,11 @@ def participants(inc: Incident) -> str:
     add(pm.owner, "postmortem owner")
     for name in sorted(pm.authors):
         add(name, "postmortem author")
-    for name in pm.reviewers:
-        add(name, "reviewer")
+    asked = [n.strip() for kind, _, names, *_ in pm.reviews if kind == "review_requested"
+             for n in names.split(",") if n.strip()]
+    for name in dict.fromkeys([*asked, *pm.reviewers, *(by for kind, by, *_ in pm.reviews
+                                                        if kind != "review_requested")]):
+        add(name, "reviewer")  # everyone asked to review, and whoever reviewed it
     add(pm.approved_by, "approver")
     if not roles:
         return "Nobody has acted on it yet."

@@ -69,9 +69,10 @@ def _incident_logs(home: Path, env: dict[str, str]) -> list[tuple[object, ...]]:
 def _decisions(home: Path, env: dict[str, str]) -> list[tuple[object, ...]]:
     for name, owner, match in (("fabric", "team:network", "team=network"),
                                ("everything", "ops", "severity=~sev.*")):
+        # --history: the story is last week's, seen by each runtime at its own wall time
         subprocess.run([*JOBTRAIL, "--home", str(home), "subscribe", name, "--owner", owner,
                         "--match", match, "--channel", "slack", "--url-env",
-                         "JOBTRAIL_CHANNEL_HOOK"],
+                        "JOBTRAIL_CHANNEL_HOOK", "--history"],
                        capture_output=True, text=True, timeout=120, check=True, env=env)
     subprocess.run([*JOBTRAIL, "--home", str(home), "notify", "--once", "--decide-only"],
                    capture_output=True, text=True, timeout=120, check=True, env=env)

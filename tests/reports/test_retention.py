@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,8 +133,119 @@ def test_cluster_ttls_parse_and_target_the_local_tables(store: Store) -> None:
     assert retention.retention_statements(RetentionPolicy(), database="jobtrail",
                                           cluster="prod") == [
         "ALTER TABLE jobtrail.notifications_local ON CLUSTER prod MODIFY TTL "
-        "toDateTime(decided_at) + INTERVAL 90 DAY",
+        f"{retention.expiry('decided_at', 90)}",
         "ALTER TABLE jobtrail.deliveries_local ON CLUSTER prod MODIFY TTL "
-        "toDateTime(at) + INTERVAL 90 DAY"]
+        f"{retention.expiry('at', 90)}"]
     with pytest.raises(ValueError):
         retention.retention_statements(POLICY, database="x; DROP", cluster="")
+
+
+# --- what the engine can hold, and changes of policy on an existing store ---------------------
+
+def _events(store: Store, ages: dict[str, float | datetime]) -> None:
+    """Rows of every raw-events and timeline table, dated `ages` (days ago, or a time)."""
+    def when(age: float | datetime) -> datetime:
+        return age if isinstance(age, datetime) else _ago(age)
+    _put(store, "events", [{"id": i, "time": when(a), "project": "p", "type": "job.step"}
+                           for i, a in ages.items()])
+    _put(store, "event_ids", [{"id": i, "time": when(a), "arrival": "x"}
+                              for i, a in ages.items()])
+    _put(store, "job_timeline", [{"project": "p", "job_id": i, "time": when(a), "event_id": i}
+                                 for i, a in ages.items()])
+
+
+def _merged(store: Store) -> dict[str, list[str]]:
+    for table in ("events", "event_ids", "job_timeline"):
+        store.client.command(f"OPTIMIZE TABLE {store.database}.{table} FINAL")
+    return {"events": _ids(store, "events", "id"), "event_ids": _ids(store, "event_ids", "id"),
+            "job_timeline": _ids(store, "job_timeline", "job_id")}
+
+
+@pytest.mark.parametrize("days", [1, 30, 29000, 30000, 36500])
+def test_rows_younger_than_the_policy_survive_a_merge_whatever_its_length(
+        store: Store, days: int) -> None:
+    """29000 days wrapped `toDateTime(time) + INTERVAL` past 2106 to 1970: every row went."""
+    retention.apply(store, RetentionPolicy(raw_events=days, timelines=days))
+    _events(store, {"young": days - 0.5, "new": 0, "old": days + 1,
+                    "future": datetime(2150, 1, 1, tzinfo=UTC),  # kept: expiry held at 2106
+                    "far": datetime(2200, 12, 31, tzinfo=UTC)})
+    kept = ["far", "future", "new", "young"]
+    assert _merged(store) == {"events": kept, "event_ids": kept, "job_timeline": kept}
+
+
+def test_a_retention_the_engine_cannot_hold_is_refused_and_forever_is_zero() -> None:
+    key = "JOBTRAIL_RETENTION_RAW_EVENTS_DAYS"
+    for bad in ("36501", "100000", "1e3", "nan", "inf", "-1", "30.5", "a month"):
+        with pytest.raises(ValueError, match=f"^{key}: a whole number of days from 1 to 36500"):
+            Settings.from_env({key: bad})
+    assert Settings.from_env({key: "forever"}).retention.raw_events == 0
+    assert Settings.from_env({key: "36500"}).retention.raw_events == 36500
+    with pytest.raises(ValueError, match=key):
+        RetentionPolicy(raw_events=36501)
+    with pytest.raises(ValueError, match="JOBTRAIL_RETENTION_DELIVERIES_DAYS"):
+        RetentionPolicy(deliveries=-1)
+
+
+def test_a_change_of_policy_deletes_no_row_the_new_policy_keeps(store: Store) -> None:
+    """A part keeps the TTL dates computed when it was written; a merge drops a part whose
+    stored dates have passed without evaluating the TTL in force. TTL merges are stopped
+    here while the rows are written, so their parts hold the old policy's dates by
+    construction (as parts written hours before a change do)."""
+    tables = ("events", "event_ids", "job_timeline")
+
+    def ttl_merges(verb: str) -> None:
+        for table in tables:
+            store.client.command(f"SYSTEM {verb} TTL MERGES {store.database}.{table}")
+
+    def write_under(policy: RetentionPolicy, ages: dict[str, float]) -> None:
+        retention.apply(store, policy)
+        ttl_merges("STOP")
+        _events(store, ages)
+
+    def change(policy: RetentionPolicy) -> list[str]:
+        statements = retention.apply(store, policy)
+        ttl_merges("START")  # whatever apply did, merges with TTL run from here
+        return statements
+
+    def everywhere(ids: list[str]) -> dict[str, list[str]]:
+        return {"events": ids, "event_ids": ids, "job_timeline": ids}
+
+    # lengthened: 30 -> 365 days; the 40-day rows' parts were due under 30 days
+    write_under(RetentionPolicy(raw_events=30, timelines=30), {"d40": 40, "d10": 10,
+                                                                "d400": 400})
+    changed = change(RetentionPolicy(raw_events=365, timelines=365))
+    assert _merged(store) == everywhere(["d10", "d40"])
+    assert [s.split()[2].split(".")[1] for s in changed] == ["events", "event_ids",
+                                                             "job_timeline", "job_attempts"]
+    # shortened: 365 -> 30 days, applied at the next merge (no --materialize needed)
+    change(RetentionPolicy(raw_events=30, timelines=30))
+    assert _merged(store) == everywhere(["d10"])
+    # removed (kept forever): nothing goes, whatever the parts' stored dates
+    write_under(RetentionPolicy(raw_events=30, timelines=30), {"d50": 50})
+    change(RetentionPolicy())
+    assert _merged(store) == everywhere(["d10", "d50"])
+    # a store that carries the wrapped TTL of the old expression (29000 days): the first
+    # start with the saturating one recomputes the parts it wrote, which then survive
+    ttl_merges("STOP")
+    for table in tables:
+        store.client.command(f"ALTER TABLE {store.database}.{table} MODIFY TTL "
+                             "toDateTime(time) + INTERVAL 29000 DAY",
+                             settings={"materialize_ttl_after_modify": 0})
+    _events(store, {"d1": 1})
+    change(RetentionPolicy(raw_events=29000, timelines=29000))
+    assert _merged(store) == everywhere(["d1", "d10", "d50"])
+    # an unchanged policy alters nothing
+    assert change(RetentionPolicy(raw_events=29000, timelines=29000)) == []
+
+
+def test_report_retention_materializes_the_tables_that_have_a_ttl(tmp_path: Path) -> None:
+    """36500 days with --materialize failed: 'Cannot MATERIALIZE TTL as there is no TTL set
+    for table jobtrail.incidents' (every governed table was materialized). Its own process:
+    chDB opens one engine path per process."""
+    from tests.trust_kit import cli
+
+    run = cli(tmp_path / "home", "report", "retention", "--materialize", check=False,
+              env={"JOBTRAIL_RETENTION_RAW_EVENTS_DAYS": "36500"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "raw_events: 36500 days" in run.stdout
+    assert "incidents: kept forever" in run.stdout
