@@ -154,6 +154,39 @@ SELECT * FROM (
 ORDER BY attempt, kind, name
 """
 
+SOURCES = f"""
+WITH ends AS (SELECT attempt, coalesce(ended_at, {VIEW_END}) AS attempt_end
+              FROM job_attempts FINAL WHERE {JOB_FILTER})
+SELECT h.attempt AS attempt, h.kind AS kind, h.key AS key, h.events AS events,
+       if(h.events = 0, NULL, h.last_heard) AS last_heard,
+       if(h.events = 0, NULL, round(dateDiff('second', h.last_heard, e.attempt_end) / 60, 1))
+         AS quiet_before_end_min
+FROM (
+  SELECT attempt, kind, key, sum(n) AS events, max(last) AS last_heard FROM (
+    SELECT attempt, kind, key, count() AS n, max(time) AS last FROM (
+      SELECT attempt, time,
+             multiIf(source = 'scheduler' AND relation = 'self', 'scheduler',
+                     source = 'job' AND startsWith(entity, 'rank-'), 'rank log',
+                     source = 'node', 'node log', source = 'network', 'fabric',
+                     source = 'storage', 'storage', '') AS kind,
+             multiIf(kind = 'scheduler', '', kind = 'rank log', entity,
+                     kind = 'node log' AND node != '', node, splitByChar('/', entity)[1]) AS key
+      FROM job_timeline FINAL WHERE {JOB_FILTER}
+    ) WHERE kind != '' GROUP BY attempt, kind, key
+    UNION ALL
+    SELECT attempt, 'node log' AS kind, arrayJoin(nodes) AS key, 0 AS n,
+           toDateTime64(0, 3, 'UTC') AS last
+    FROM job_attempts FINAL WHERE {JOB_FILTER}
+  ) GROUP BY attempt, kind, key
+) AS h
+INNER JOIN ends AS e ON e.attempt = h.attempt
+ORDER BY attempt, kind, events = 0 DESC, quiet_before_end_min DESC, key
+"""
+"""What each source sent the attempt (its timeline rows grouped by source and node, rank,
+switch or filesystem), every node of the attempt listed for the node log even when it sent
+nothing, and how long each was quiet before the attempt's end: the facts `jobtrail
+timeline`'s sources line and the MCP `completeness` tool judge."""
+
 _MINE = ("SELECT incident_id FROM incident_jobs FINAL "
          "WHERE project = ${project:sqlstring} AND job_id = ${job:sqlstring} "
          "AND role != 'moved'")
@@ -253,4 +286,12 @@ def build() -> Any:
                           w=12, h=9)
                     .data_links([to_incident(), to_entity("entity", project="${project}")]))
         .with_panel(panel(table.Panel(), "Queue wait and reasons", QUEUE, TABLE, h=6))
+        .with_panel(panel(table.Panel(), "Sources heard (what the timeline lacks)", SOURCES,
+                          TABLE, h=8,
+                          description="Per attempt, what each source sent (scheduler, each "
+                                      "rank's log, each node's log, fabric, storage) and how "
+                                      "long it was quiet before the attempt's end; a node "
+                                      "with 0 events sent nothing. The gaps: `jobtrail "
+                                      "timeline`, `jobtrail incident show`, MCP completeness.")
+                    .data_links([to_entity("key", project="${project}")]))
     )

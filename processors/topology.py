@@ -98,6 +98,17 @@ class Topology:
                        if link.at(time))
         return out
 
+    def ever_under(self, switch: str, port: str = "") -> list[Link]:
+        """Every link ever under `switch` (through its leaves for a spine), whatever its
+        time, or only those on its `port` (`p9` and `9` name one port)."""
+        links = [*self._by_switch.get(switch, ()),
+                 *(link for leaf in sorted(self._downlinks.get(switch, ()))
+                   for link in self._by_switch.get(leaf, ()))]
+        if port:
+            links = [link for link in links
+                     if link.port.removeprefix("p") == port.removeprefix("p")]
+        return links
+
     def switches_of(self, node: str, time: datetime) -> set[str]:
         """Leaves the node is cabled to at `time`, and their spines."""
         leaves = {link.switch for link in self.links_of(node, time)}

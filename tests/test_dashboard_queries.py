@@ -540,3 +540,38 @@ def test_oncall_board_says_what_the_cli_says(stories: dict[str, Story]) -> None:
         assert nodes == {n: ts(t) for n, t in out.items()}, story.name
         seen["nodes"] += len(nodes)
     assert all(seen.values()), seen
+
+
+def test_job_board_sources_say_what_completeness_measures(stories: dict[str, Story]) -> None:
+    """At each attempt, the "Sources heard" panel's rows are the streams the completeness
+    assessment reads: the same events and last time per rank log and node log, every node of
+    the attempt listed (0 events for one that sent nothing)."""
+    from jobtrail.store.completeness import attempt_completeness
+    from processors.topology import Topology
+    from schemas.topology import TopologyFile
+
+    board = built()["job"]
+    checked = 0
+    for story in stories.values():
+        topology = Topology.from_file(TopologyFile.model_validate(story.topology))
+        view = story.board(board)
+        for project, job, numbers in story.jobs():
+            attempts = {a.attempt: a for a in story.store.attempts(project, job)}
+            for number in numbers:
+                assessed = attempt_completeness(story.store, topology, attempts[number])
+                if assessed is None:
+                    continue
+                facts, _ = assessed
+                view.select(project=project, job=job, attempt=str(number))
+                rows = view.rows("Sources heard (what the timeline lacks)")
+                shown = {(r["kind"], r["key"]): (r["events"], ts(r["last_heard"])
+                                                 if r["last_heard"] else None) for r in rows}
+                measured = {(h.kind, h.key): (h.count, h.last) for h in facts.heard
+                            if h.kind in ("rank log", "node log", "scheduler")}
+                assert {k: v for k, v in shown.items() if k[0] in (
+                    "rank log", "scheduler") or (k[0] == "node log" and v[0])} == measured, (
+                    story.name, job, number)
+                assert {k for k, v in shown.items() if k[0] == "node log"} >= {
+                    ("node log", n) for n in attempts[number].nodes}
+                checked += 1
+    assert checked >= 10

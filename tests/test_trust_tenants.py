@@ -558,6 +558,8 @@ NOT_PROJECT_READS = {
     "scenario": "checks scenario files", "subscribe": "writes a subscription",
     "silence": "writes a silence", "notify": "decides and delivers",
     "redeliver": "queues a delivery again",
+    "mcp": "the MCP server: its tools are read surfaces, each compared for two tenants with "
+           "the HTTP API's answers in tests/mcp/test_tenants.py",
 }
 """The commands that are not project reads, each with why: a new read command fails the
 guard until it is a row of COMMANDS (or named here)."""

@@ -67,6 +67,17 @@ def show(ctx: click.Context, incident_id: str, projects: tuple[str, ...], as_jso
                       runbook=_runbook(settings, found),
                       drained=still_drained(_node_states(reader, found)))
     click.echo(incident_text(found, context), nl=False)
+    if reader.store is not None:  # what the failed attempts' timelines lack (docs/agents.md)
+        from jobtrail.app import load_topology
+        from jobtrail.store.queries import wiring
+        from jobtrail.views.completeness import of_incident, summary
+
+        store = reader.store
+        for shown in of_incident(store, wiring(store, load_topology(settings)), found):
+            click.echo(f"  evidence of {shown['project']}/{shown['job_id']} attempt "
+                       f"{shown['attempt']}: {summary(shown)}")
+            if shown["caveat"]:
+                click.echo(f"  caveat: {shown['caveat']}")
 
 
 NODE_STATES = ("node.drained", "node.not_ready", "node.ready")

@@ -96,9 +96,17 @@ def timeline(ctx: click.Context, job: str, project: str, attempt: int | None, si
             click.echo(json.dumps(row, default=str))
         return
     use_colour = sys.stdout.isatty() if colour is None else colour
-    click.echo(render(job, rows, store.attempts(project, job), colour=use_colour,
+    from jobtrail.app import load_topology
+    from jobtrail.store.queries import wiring
+    from jobtrail.views.completeness import of_attempts
+
+    attempts = store.attempts(project, job)
+    shown = [a for a in attempts if attempt is None or a.attempt == attempt] if rows else []
+    sources = of_attempts(store, wiring(store, load_topology(_settings(ctx))), shown)
+    click.echo(render(job, rows, attempts, colour=use_colour,
                       incidents=store.incidents_of_events(
-                          project, [r["event_id"] for r in rows])), nl=False)
+                          project, [r["event_id"] for r in rows]),
+                      completeness=sources), nl=False)
 
 
 @main.command()
@@ -384,6 +392,7 @@ def _register() -> None:
         grafana,
         incidents,
         ingest,
+        mcp,
         postmortem,
         report,
         rules,
@@ -407,6 +416,7 @@ def _register() -> None:
     for command in alerts.COMMANDS:
         main.add_command(command)
     main.add_command(drill.drill)
+    main.add_command(mcp.mcp)
 
 
 _register()

@@ -311,17 +311,20 @@ class Store(IncidentTables):
 
     def timeline(self, project: str, job_id: str, *, attempt: int | None = None,
                  since: datetime | None = None, until: datetime | None = None,
-                 limit: int = 10_000) -> list[dict[str, Any]]:
-        """The job's cross-system timeline, oldest first, bound to the caller's project."""
+                 limit: int = 10_000, source: str = "", offset: int = 0,
+                 ) -> list[dict[str, Any]]:
+        """The job's cross-system timeline, oldest first, bound to the caller's project
+        (`source` keeps one source's rows; `offset` skips that many, for pages)."""
         rows = self._dicts(
             "SELECT time, attempt, event_id, source, type, severity, relation, entity, "
             "link_path, scope, node, message, attributes FROM job_timeline FINAL "
             "WHERE project = {project:String} AND job_id = {job_id:String} "
             "AND ({attempt:Int64} < 0 OR attempt = {attempt:Int64}) "
+            "AND ({source:String} = '' OR source = {source:String}) "
             "AND time >= {since:DateTime64(3, 'UTC')} AND time <= {until:DateTime64(3, 'UTC')} "
-            "ORDER BY time, event_id, attempt LIMIT {limit:UInt32}",
+            "ORDER BY time, event_id, attempt LIMIT {limit:UInt32} OFFSET {offset:UInt64}",
             project=project, job_id=job_id, attempt=-1 if attempt is None else attempt,
-            since=since or datetime(1970, 1, 1, tzinfo=UTC),
+            since=since or datetime(1970, 1, 1, tzinfo=UTC), source=source, offset=offset,
             until=until or datetime(2200, 1, 1, tzinfo=UTC), limit=limit)
         for row in rows:
             row["attributes"] = json.loads(row["attributes"] or "{}")

@@ -61,3 +61,27 @@ def resources(store: Store, topology: Topology, project: str, job_id: str,
         filesystems=sorted({filesystem_of(m) for m in a.mounts}),
         checkpoints=store.checkpoints(project, job_id, attempt),
     )
+
+
+def attempts_on(store: Store, projects: Sequence[str], *, nodes: Sequence[str] = (),
+                filesystem: str = "", limit: int = 500) -> list[Attempt]:
+    """Every attempt of `projects`, at any time, on any of `nodes` or mounting `filesystem`
+    (an entity's history across the jobs it served), oldest first."""
+    from jobtrail.store.rows import ATTEMPT_COLUMNS, attempt_from_row
+
+    if not projects or not (nodes or filesystem):
+        return []
+    rows = store._dicts(
+        f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM job_attempts FINAL "
+        "WHERE project IN {projects:Array(String)} "
+        "AND (hasAny(nodes, {nodes:Array(String)}) OR ({fs:String} != '' AND "
+        "arrayExists(m -> splitByChar(':', m)[1] = {fs:String}, mounts))) "
+        "ORDER BY started_at, project, job_id, attempt LIMIT {limit:UInt32}",
+        projects=list(projects), nodes=list(nodes), fs=filesystem, limit=limit)
+    return [attempt_from_row(r) for r in rows]
+
+
+def known_projects(store: Store) -> list[str]:
+    """Every project with an attempt (an operator's `all`)."""
+    return [str(r[0]) for r in store._q(
+        "SELECT DISTINCT project FROM job_attempts FINAL ORDER BY project").result_rows]

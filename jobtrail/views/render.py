@@ -76,9 +76,12 @@ def _attempt_header(attempt: Attempt | None, number: int, colour: bool) -> str:
 
 def render(job_id: str, rows: Sequence[dict[str, Any]], attempts: Sequence[Attempt], *,
            colour: bool = True, width: int = 160,
-           incidents: Mapping[str, tuple[str, str]] | None = None) -> str:
+           incidents: Mapping[str, tuple[str, str]] | None = None,
+           completeness: dict[int, dict[str, Any]] | None = None) -> str:
     """The timeline; `incidents` (event id -> incident id and title) names, at the end of
-    each row, the incident that row is evidence of, and lists those incidents up top."""
+    each row, the incident that row is evidence of, and lists those incidents up top; with
+    `completeness` (`jobtrail.views.completeness.of_attempts`), each attempt's header is
+    followed by what its sources sent and the gaps."""
     if not rows:
         return f"no timeline rows for {field(job_id)} (check the job id and --project)\n"
     incidents = incidents or {}
@@ -98,6 +101,10 @@ def render(job_id: str, rows: Sequence[dict[str, Any]], attempts: Sequence[Attem
                             else group[0]["time"])
         lines.append("")
         lines.append(_attempt_header(attempt, number, colour))
+        if completeness and number in completeness:
+            from jobtrail.views.completeness import summary
+
+            lines.append(f"  {summary(completeness[number])}")
         for row, count, last in _collapse(group):
             source = row["source"]
             start, end = (_COLOURS.get(source, ""), _RESET) if colour else ("", "")
