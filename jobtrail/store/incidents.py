@@ -196,12 +196,6 @@ class IncidentTables:
             entry["data"] = json.loads(entry["data"])
         out["still_drained"] = [{"node": node, "since": since} for node, since in still_drained(
             (e["time"], e["type"], e["entity"], e["role"]) for e in out["evidence"])]
-        # the node state events the incident's evidence holds (drained, not ready, back),
-        # oldest first: what `incident show` reads the nodes still out of service from
-        out["drained"] = [{"node": str(e["entity"]).split("/", 1)[0], "entity": e["entity"],
-                           "type": e["type"], "time": e["time"], "message": e["why"]}
-                          for e in out["evidence"]
-                          if e["type"] in ("node.drained", "node.not_ready", "node.ready")]
         if projects is not None and out.get("linked"):  # only those the caller may read
             out["linked"] = [str(r[0]) for r in self._q(
                 "SELECT incident_id FROM incidents FINAL WHERE incident_id IN "
