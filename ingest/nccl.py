@@ -18,8 +18,7 @@ with none (Megatron's checkpoint save/load, a rank's exception after its last ti
 takes the time of the nearest timed line of the same file, before it else after it, and says
 so (`time_source: previous_line`), with the interval it lies in (`time_lower`, `time_upper`:
 the timed lines around it); only a file without timed lines falls back to the time it was
-observed. Unrecognised lines are not
-events and are skipped.
+observed. Unrecognised lines are not events and are skipped.
 """
 
 from __future__ import annotations
