@@ -229,6 +229,7 @@ def registry(config: AdapterConfig | None = None) -> dict[str, Adapter]:
         dcgm_exporter,
         grafana,
         ibstat,
+        ipmi,
         kubernetes,
         nccl,
         node_log,
@@ -248,7 +249,7 @@ def registry(config: AdapterConfig | None = None) -> dict[str, Adapter]:
                 parse=lambda text, ctx: cloudevents.parse(text, ctx, events)),
         xid.ADAPTER, nccl.ADAPTER, node_log.ADAPTER, slurm.ADAPTER, slurm_text.SCONTROL,
         slurm_text.SLURMCTLD, kubernetes.ADAPTER, slurm_tools.SACCT, slurm_tools.SQUEUE,
-        slurm_tools.SINFO, ibstat.ADAPTER, dcgm_exporter.ADAPTER,
+        slurm_tools.SINFO, ibstat.ADAPTER, dcgm_exporter.ADAPTER, ipmi.ADAPTER,
     ]
     found = {a.name: a for a in adapters}
     from ingest import auto

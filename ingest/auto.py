@@ -16,10 +16,10 @@ from typing import Any
 from ingest.base import Adapter, Context, Reject, cap_lines, raw_evidence
 from ingest.canonical import ParseError
 
-LINE_ORDER = ("xid", "training-log", "slurmctld", "node-log", "dcgm-exporter")
+LINE_ORDER = ("xid", "training-log", "slurmctld", "node-log", "dcgm-exporter", "ipmi")
 """Specific before general: node-log also reads Xid lines; training-log only runs when the
 job is known (--project/--job); dcgm-exporter's samples pasted alone, without a scrape's
-`# HELP` lines, are lines too."""
+`# HELP` lines, are lines too; ipmi reads a BMC's event log (`ipmitool sel list`)."""
 
 
 def _shape(doc: Any) -> str | None:
@@ -32,6 +32,11 @@ def _shape(doc: Any) -> str | None:
         return "node-log"  # NVSentinel health events
     if "specversion" in first:
         return "cloudevents"
+    if "LogEntry" in str(first.get("@odata.type") or "") or (
+            isinstance(first.get("Members"), list) and "LogEntry" in json.dumps(
+                first["Members"][:1])) or (isinstance(first.get("Events"), list)
+                                           and "MessageId" in json.dumps(first["Events"][:1])):
+        return "ipmi"  # a BMC's Redfish log entries or events
     if ("alerts" in first and ("orgId" in first or ("title" in first and "state" in first))) \
             or "ruleName" in first or "evalMatches" in first:
         return "grafana"

@@ -17,10 +17,11 @@ Recognised, one line at a time unless noted (docs/adapters.md has an example of 
   [step_time=<float>s] [samples_per_s=<float>]` -> `job.step`.
 The shipper names the job (project, job id, attempt) and the node; a line's own ISO timestamp
 (`2026-11-30T08:57:30Z`, or Python logging's `2026-11-30 08:57:30,123`) is its time; a line
-with none (Megatron's checkpoint save/load) takes the time of the nearest timed line of the
-same file, before it else after it, and says so (`time_source: previous_line`); only a file
-without timed lines falls back to the time it was observed. Unrecognised lines are not
-events and are skipped.
+with none (Megatron's checkpoint save/load, a rank's exception after its last timed line)
+takes the time of the nearest timed line of the same file, before it else after it, and says
+so (`time_source: previous_line`), with the interval it lies in (`time_lower`, `time_upper`:
+the timed lines around it); only a file without timed lines falls back to the time it was
+observed. Unrecognised lines are not events and are skipped.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 from ingest import checkpoint_text, slurm_output, training_exits, training_steps, training_text
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.redact import clip
+from ingest.timestamps import between
 from schemas.failure_text import classify
 
 _WATCHDOG = re.compile(
@@ -173,17 +175,17 @@ class _Lines:
         for record, index in self.untimed:
             if record["attributes"].get("time_source") != "observed":
                 continue  # a later line of the same step gave it its time
-            before = range(index - 1, max(-1, index - 1 - _NEIGHBOURS), -1)
-            after = range(index + 1, min(len(lines), index + 1 + _NEIGHBOURS))
-            spans = [("previous_line", before)]
-            if id(record) not in self.earlier_only:
-                spans.append(("next_line", after))
-            for where, span in spans:
-                found = next((n for n in span if timed(n) is not None), None)
+            before, after = between(index, len(lines), timed, _NEIGHBOURS)
+            if id(record) in self.earlier_only:
+                after = None  # a bar is drawn after what it counts: never a later line's
+            for where, found in (("previous_line", before), ("next_line", after)):
                 if found is not None:
                     record["time"] = cache[found]
                     record["attributes"].update(time_source=where, time_from_line=found + 1)
                     break
+            if before is not None and after is not None and cache[before] != cache[after]:
+                # it happened in between: the order against other sources is uncertain
+                record["attributes"].update(time_lower=cache[before], time_upper=cache[after])
 
 
 def _child_failed(lines: list[str], start: int) -> tuple[list[tuple[bool, dict[str, str]]], int]:

@@ -20,7 +20,10 @@ tests/fixtures/logs/SOURCES.md):
 - /dev/kmsg: `6,1234,5678901234,-;` (priority, sequence, microseconds since boot, flags).
 
 `time_source` says which: `line`, `line_year` (the year was inferred), `boot` (seconds since
-boot placed by the boot time) or `observed` (no time in the line: when it was read).
+boot placed by the boot time) or `observed` (no time in the line: when it was read). A line
+of a file with no time of its own lies `between` the nearest timed lines around it: the
+reader stamps it with the one before (`previous_line`, else `next_line`) and gives the
+interval (`time_lower`, `time_upper`), so what reads it knows its order is uncertain.
 
 A local time (no zone) is in the context's time zone (`--tz`, default UTC). A year the line
 does not say is the context's (`--year`), else the one that puts it nearest the first full
@@ -35,6 +38,7 @@ it the line is stamped when it was read (the offset is on the `Stamp`), flagged
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -317,6 +321,18 @@ def local_time(text: str, ctx: Context) -> str:
     """A time a line states without a zone (torchelastic's `2026-11-30_08:57:50`), in the
     context's zone; ISO 8601 UTC."""
     return _iso(text.strip().replace("_", " ", 1), None, ctx)
+
+
+def between(index: int, count: int, timed: Callable[[int], str | None],
+            reach: int = 200) -> tuple[int | None, int | None]:
+    """The nearest lines before and after line `index` (of `count`, within `reach` lines)
+    that have a time of their own (`timed(n)` is it, or None): a line printed without one (a
+    rank's exception after its last timed line) happened between them, and no nearer."""
+    before = next((n for n in range(index - 1, max(-1, index - 1 - reach), -1)
+                   if timed(n) is not None), None)
+    after = next((n for n in range(index + 1, min(count, index + 1 + reach))
+                  if timed(n) is not None), None)
+    return before, after
 
 
 def boot_time_from_proc_stat(text: str) -> datetime | None:

@@ -31,7 +31,15 @@ from processors.incidents.eviction import Eviction, evict, prune
 from processors.incidents.lateness import Lateness
 from processors.incidents.model import Command, Incident, IncidentEvent
 from processors.incidents.rules import Rules, load_rules
-from processors.timeline import Membership, TimelineRow, filesystem_of, lookup_keys, rows_for
+from processors.timeline import (
+    Membership,
+    TimelineRow,
+    change_nodes,
+    change_rows,
+    filesystem_of,
+    lookup_keys,
+    rows_for,
+)
 from processors.topology import Topology
 from schemas.events import Event
 
@@ -44,6 +52,11 @@ ten minutes hold about a tenth of this."""
 lifecycle event or a recovery after that long starts from a fresh record (the stored attempt,
 with its higher version, stands). Beyond every detection window (the longest, 30 min)."""
 SWEEP_EVERY = timedelta(minutes=10)
+CHANGE_MEMORY = timedelta(days=7)
+"""How long (event time) a change stays on its nodes for attempts that start after it (the
+newest of each kind per node: a rollback replaces the rollout)."""
+MAX_CHANGES = 100_000
+"""(node, kind) changes remembered at most (the oldest leave first)."""
 
 
 @dataclass
@@ -76,6 +89,9 @@ class Pipeline:
         self._waiting: dict[str, dict[str, Event]] = defaultdict(dict)
         self._waiting_order: deque[tuple[datetime, str, str]] = deque()
         self._attributed: dict[str, set[tuple[str, str, int]]] = {}
+        self._changes: dict[str, dict[str, Event]] = {}
+        """node -> kind -> the latest change applied to it (`change_rows`)."""
+        self._change_done: dict[str, set[tuple[str, str, int]]] = {}
         self.job_retention = max(JOB_RETENTION, lateness)
         self._swept: datetime | None = None
         self.eviction = eviction or Eviction()
@@ -113,6 +129,7 @@ class Pipeline:
                 self.topology.apply(event)
             elif not event.job_id:
                 self._wait(event, set())
+                self._stand(event)
             self._advance(event.time)
 
     def _advance(self, time: datetime) -> None:
@@ -126,6 +143,49 @@ class Pipeline:
             self._waiting_order.append((event.time, key, event.id))
         if keys:  # an event no attempt can be found by never leaves the order: not kept
             self._attributed[event.id] = attributed
+
+    def _stand(self, event: Event) -> None:
+        """A change stays on its nodes for the attempts that start after it."""
+        if not event.type.startswith("change.") or event.job_id:
+            return
+        kind = str(event.attributes.get("kind") or event.type)
+        for node in change_nodes(event):
+            kinds = self._changes.setdefault(node, {})
+            old = kinds.get(kind)
+            if old is None or (old.time, old.id) < (event.time, event.id):
+                kinds[kind] = event
+
+    def _forget_changes(self) -> None:
+        if self.watermark is None or not self._changes:
+            return
+        cutoff = self.watermark - CHANGE_MEMORY
+        held = sorted((e.time, node, kind) for node, kinds in self._changes.items()
+                      for kind, e in kinds.items())
+        gone = [h for h in held if h[0] < cutoff]
+        gone += held[len(gone):][:max(0, len(held) - len(gone) - MAX_CHANGES)]
+        for _, node, kind in gone:
+            kinds = self._changes[node]
+            kinds.pop(kind, None)
+            if not kinds:
+                del self._changes[node]
+        live = {e.id for kinds in self._changes.values() for e in kinds.values()}
+        for event_id in [i for i in self._change_done if i not in live]:
+            del self._change_done[event_id]
+
+    def _change_rows(self, attempt: Attempt) -> list[TimelineRow]:
+        """Changes applied to the attempt's nodes before it started: its timeline shows them
+        (relation `change`), and the detector weighs them as candidate causes."""
+        target = (attempt.project, attempt.job_id, attempt.attempt)
+        found = {e.id: e for n in attempt.nodes for e in self._changes.get(n, {}).values()}
+        rows = []
+        for event_id in sorted(found):
+            done = self._change_done.setdefault(event_id, set())
+            if target in done or target in self._attributed.get(event_id, ()):
+                continue
+            for row in change_rows(found[event_id], attempt):
+                rows.append(row)
+                done.add(target)
+        return rows
 
     def _expire(self) -> None:
         if self.watermark is None:
@@ -147,6 +207,7 @@ class Pipeline:
         if self._swept is None or self.watermark - self._swept >= SWEEP_EVERY:
             self._swept = self.watermark
             self._forget_jobs(self.watermark - self.job_retention)
+            self._forget_changes()
 
     def _settle(self) -> None:
         """Incidents past their eviction setting leave memory (with an archive bound), and
@@ -251,8 +312,11 @@ class Pipeline:
                 self.membership.update(attempt)
                 out.attempts.append(attempt)
                 placed.append(attempt)
+        for event in events:
+            if event.type.startswith("change.") and not event.job_id:
+                self._stand(event)
         late = [row for attempt in placed if attempt.started_at is not None
-                for row in self._late_rows(attempt)]
+                for row in [*self._late_rows(attempt), *self._change_rows(attempt)]]
         out.timeline.extend(late)
         self.detector.reach(late)  # once per batch: it indexes every remembered signal
         for event in events:
@@ -262,6 +326,9 @@ class Pipeline:
             out.timeline.extend(rows)
             if not event.job_id:
                 self._wait(event, {(r.project, r.job_id, r.attempt) for r in rows})
+                if event.type.startswith("change."):
+                    self._change_done.setdefault(event.id, set()).update(
+                        (r.project, r.job_id, r.attempt) for r in rows)
             out.incidents.extend(self.reorder.observe(self.detector, event,
                                                       self._rows_but(event, rows),
                                                       json_of.get(event.id), self.fast))

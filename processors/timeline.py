@@ -106,6 +106,14 @@ class Membership:
     def on_node(self, node: str, time: datetime) -> list[Span]:
         return self._covering(f"node:{node}", time)
 
+    def started_after(self, node: str, time: datetime) -> list[Span]:
+        """Attempts on `node` that started after `time` (beyond the slack): a change applied
+        before them is theirs though no span covers it."""
+        spans = self._index.get(f"node:{node}")
+        if not spans:
+            return []
+        return [spans[k] for k in sorted(spans) if spans[k].start - self.slack > time]
+
     def on_filesystem(self, filesystem: str, time: datetime) -> list[Span]:
         return self._covering(f"fs:{filesystem}", time)
 
@@ -116,8 +124,8 @@ class Membership:
 _NODE_SCOPES = {Scope.node, Scope.gpu, Scope.nic, Scope.rank}
 _STORAGE_SCOPES = {Scope.filesystem, Scope.target, Scope.path}
 # most specific first: one row per (attempt, event), with the closest link
-_RANK = {"node": 0, "gpu": 0, "nic": 0, "rank": 0, "change": 0, "switch": 1, "target": 2,
-         "filesystem": 2, "queue": 3}
+_RANK = {"node": 0, "gpu": 0, "nic": 0, "rank": 0, "change": 0, "client": 0, "switch": 1,
+         "target": 2, "filesystem": 2, "queue": 3}
 
 
 def event_filesystem(event: Event, topology: Topology | None) -> str:
@@ -132,7 +140,10 @@ def event_filesystem(event: Event, topology: Topology | None) -> str:
                 found = topology.filesystem_of_target(candidate)
                 if found:
                     return found
-    return ""
+    # a Lustre client's line names the filesystem by its fsname (`scratch-OST0005`): the
+    # filesystem when the topology does not map the target
+    fsname = event.attributes.get("fsname")
+    return fsname if isinstance(fsname, str) and event.scope in _STORAGE_SCOPES else ""
 
 
 def event_switch(event: Event) -> tuple[str, str]:
@@ -153,21 +164,52 @@ def event_node(event: Event) -> str:
     return event.entity or "" if event.scope == Scope.node else ""
 
 
+def change_nodes(event: Event) -> list[str]:
+    """The nodes a change was applied to: its `nodes` attribute (a rollout), and its node."""
+    listed = event.attributes.get("nodes")
+    if isinstance(listed, list):
+        return sorted({*(str(n) for n in listed), *([event.node] if event.node else [])})
+    node = event_node(event)
+    return [node] if node else []
+
+
+def change_rows(event: Event, attempt: Attempt) -> list[TimelineRow]:
+    """The row of a change applied to nodes before `attempt` started on them (a driver, an
+    image, an NCCL rollout): the attempt ran under it, though no span of the attempt covers
+    the change's time. One row, by the first of the attempt's nodes the change names."""
+    if not event.type.startswith("change.") or attempt.started_at is None \
+            or event.time >= attempt.started_at:
+        return []
+    shared = [n for n in change_nodes(event) if n in set(attempt.nodes)]
+    if not shared:
+        return []
+    entity = event.entity or shared[0]
+    path = f"{entity} → {shared[0]}" if entity != shared[0] else shared[0]
+    return [TimelineRow(attempt.project, attempt.job_id, attempt.attempt, event, "change",
+                        entity, path)]
+
+
 def _hops(event: Event, topology: Topology | None) -> list[tuple[str, str, str, str]]:
     """(node, relation, entity, path) for every node the event reaches, most specific first."""
     change = event.type.startswith("change.")
     node = event_node(event)
+    if change and isinstance(event.attributes.get("nodes"), list):
+        # a rollout names its nodes: each of them is under the change
+        return [(n, "change", event.entity or n,
+                 f"{event.entity} → {n}" if event.entity and event.entity != n else n)
+                for n in change_nodes(event)]
     if node and (event.scope in _NODE_SCOPES or event.scope is None):
         relation = "node" if event.scope in (None, Scope.node) else event.scope.value
         entity = event.entity or node
         path = f"{entity} → {node}" if entity != node else node
         return [(node, "change" if change else relation, entity, path)]
     if node and event.scope in _STORAGE_SCOPES:
-        # a storage event a node reported (its Lustre client's error, its own /scratch
-        # filling up) happened on that node: its attempts there are reached through the node,
-        # the filesystem's other attempts through the filesystem (rows_for)
+        # a storage client's own report (a Lustre client's `rc = -28` against an OST, NFS
+        # "not responding", its own /scratch filling up) happened on that node: its attempts
+        # there are reached through the node whether or not the topology maps the target or
+        # they declared their mounts; the filesystem's other attempts through the filesystem
         entity = event.entity or node
-        return [(node, "change" if change else "node", entity, f"{entity} → {node}")]
+        return [(node, "change" if change else "client", entity, f"{entity} → {node}")]
     switch, port = event_switch(event)
     if not switch or topology is None:
         return []
@@ -205,6 +247,15 @@ def rows_for(event: Event, membership: Membership, attempt_of_job: int | None,
             key = (span.project, span.job_id, span.attempt)
             if key not in best:
                 best[key] = TimelineRow(*key, event, relation, entity, path)
+    if event.type.startswith("change."):
+        # attempts that started on the changed nodes after the change ran under it
+        for node in change_nodes(event):
+            entity = event.entity or node
+            path = f"{entity} → {node}" if entity != node else node
+            for span in _reached(event, membership.started_after(node, event.time)):
+                key = (span.project, span.job_id, span.attempt)
+                if key not in best:
+                    best[key] = TimelineRow(*key, event, "change", entity, path)
     filesystem = event_filesystem(event, topology)
     if filesystem and (event.scope in _STORAGE_SCOPES or event.scope is None):
         relation = "target" if event.scope == Scope.target else "filesystem"
@@ -228,9 +279,11 @@ def rows_for(event: Event, membership: Membership, attempt_of_job: int | None,
 
 def lookup_keys(event: Event, topology: Topology | None) -> list[str]:
     """The entity keys an unattributed event waits under (for late-starting attempts)."""
-    keys = []
+    keys: list[str] = []
     node = event_node(event)
-    if node:
+    if event.type.startswith("change.") and isinstance(event.attributes.get("nodes"), list):
+        keys.extend(f"node:{n}" for n in change_nodes(event))
+    elif node:
         keys.append(f"node:{node}")
     else:
         switch, _ = event_switch(event)

@@ -87,6 +87,8 @@ class IncidentOpened(Payload):
     title: str = ""
     first_signal_at: datetime | None = None
     first_event: str = ""
+    cluster: str = ""
+    """The cluster whose events opened it (entity names are unique only within one)."""
 
 
 class SignalAdded(Payload):

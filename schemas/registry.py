@@ -269,6 +269,17 @@ class NodeReason(Attributes):
     reason: str | None = None
 
 
+class NodePower(Attributes):
+    """A node's power as its BMC logged it (IPMI SEL, Redfish): `off` (the node lost power),
+    `on` (power restored), `degraded` (a supply lost its input or failed; the node runs on
+    the others)."""
+
+    state: str  # off, on, degraded
+    cause: str | None = None  # power_down, ac_lost, psu_failure, power_cycle, ...
+    sensor: str | None = None
+    record: str | None = None  # the SEL record id
+
+
 class ChangeApplied(Attributes):
     kind: str  # driver, firmware, image, scheduler_policy, switch_config, ...
     before: str | None = None
@@ -342,6 +353,8 @@ _TYPES = [
     EventType("node.not_ready", Source.node, NodeReason, doc="Node not ready"),
     EventType("node.ready", Source.node, NodeReason, doc="Node ready again"),
     EventType("node.drained", Source.node, NodeReason, doc="Node drained by scheduler or ops"),
+    EventType("node.power", Source.node, NodePower,
+              doc="Node power from its BMC (IPMI SEL, Redfish): off, on, degraded"),
     EventType("change.applied", Source.change, ChangeApplied, doc="Platform change applied"),
     EventType("operator.note", Source.operator, OperatorNote, doc="Human note"),
     EventType("topology.link", Source.topology, TopologyLink,

@@ -146,7 +146,8 @@ def test_an_acknowledged_message_says_who_acknowledged_and_offers_no_ack() -> No
 
 def test_an_email_thread_keeps_one_subject() -> None:
     subjects = {_render("email", m).splitlines()[0] for m in _messages().values()}
-    assert subjects == {"Subject: [jobtrail] network on leaf-01/p2 (inc-f4b69853dc651eeb)"}
+    assert subjects == {"Subject: [jobtrail] network on leaf-01/p2 in cluster-a "
+                        "(inc-f4b69853dc651eeb)"}
 
 
 def test_reminders_stop_once_the_job_has_recovered() -> None:
@@ -182,8 +183,9 @@ def test_the_push_line_says_a_512_gpu_job_died_and_the_resolution_says_how() -> 
     msgs = _messages()
     severity = msgs["severity"]
     assert severity["push"] == (
-        "[sev1] network on leaf-01/p2: severity raised to sev1 (sev1 from impact: 512 GPUs "
-        ">= 512) — job llm-pretrain/pretrain (512 GPUs) failed at 10:11, 179.2 GPU-h at risk")
+        "[sev1] network on leaf-01/p2 in cluster-a: severity raised to sev1 (sev1 from impact: "
+        "512 GPUs >= 512) — job llm-pretrain/pretrain (512 GPUs) failed at 10:11, 179.2 GPU-h "
+        "at risk")
     slack = channels.slack(severity)
     assert slack["text"] == severity["push"].replace(">", "&gt;")
     assert slack["attachments"][0]["color"] == "#d32f2f"
@@ -197,7 +199,7 @@ def test_the_push_line_says_a_512_gpu_job_died_and_the_resolution_says_how() -> 
         in text(severity)
     # the resolved message: who, how, green, no acknowledge, nothing to acknowledge
     done = msgs["acknowledged"]
-    assert done["headline"] == "[sev1] network on leaf-01/p2: resolved by ic-ana"
+    assert done["headline"] == "[sev1] network on leaf-01/p2 in cluster-a: resolved by ic-ana"
     assert done["incident"]["resolution"] == "replaced the cable at leaf-01/p2"
     assert done["push"].endswith("resolved by ic-ana — replaced the cable at leaf-01/p2")
     assert "Resolved: by ic-ana at 2026-11-30 10:47 UTC: replaced the cable at leaf-01/p2" \

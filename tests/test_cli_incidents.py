@@ -105,8 +105,8 @@ def test_entity_is_a_table_and_the_timeline_names_the_incident(tmp_path: Path) -
     timeline = cli(home, "timeline", "job-7b-001", "--project", "llm-pretrain",
                    "--no-colour", env=ENV).stdout.splitlines()
     inc = ids["network"]
-    assert timeline[1] == (f"incident {inc}: network on leaf-05/p9 (jobtrail incident show "
-                           f"{inc})")
+    assert timeline[1] == (f"incident {inc}: network on leaf-05/p9 in cluster-a (jobtrail "
+                           f"incident show {inc})")
     errors = next(x for x in timeline if "network.link_errors" in x)
     assert errors.endswith(f"  [{inc}]")
     started = next(x for x in timeline if "job.started" in x)

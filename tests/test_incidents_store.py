@@ -142,3 +142,31 @@ def test_every_scenario_through_the_store_twice(store: Store, tmp_path: Path, pa
     assert store.count("incident_log") == len(expected)
     assert sorted((r["incident_id"], r["status"], r["lost_gpu_hours"])
                   for r in store.incidents(None)) == before
+
+
+def test_incident_show_lists_what_is_still_drained(store: Store, tmp_path: Path) -> None:
+    """Issue 41, item 11: the network team's incident holds node-005's drain as a
+    consequence; `incident show` (the store's view) lists node-005 as still drained, since
+    the drain, and the cluster it is in; once the node is resumed it lists nothing."""
+    from datetime import UTC, datetime
+
+    from schemas.events import Event, Scope, Source
+
+    scenario = load(LIBRARY / "consequences-get-their-own-owners.yaml")
+    runner = EmbeddedRunner(Sink(store, Pipeline(timedelta(seconds=30), wiring(scenario),
+                                                 rules=scenario.rules)),
+                            EmbeddedLog(tmp_path / "log"))
+    runner.submit(scenario.events)
+    runner.drain()
+    (row,) = [r for r in store.incidents(None) if r["class"] == "network"]
+    shown = store.incident(row["incident_id"], None)
+    assert shown is not None and row["cluster"] == shown["cluster"] == "cluster-a"
+    assert shown["still_drained"] == [
+        {"node": "node-005", "since": datetime(2026, 11, 30, 9, 23, tzinfo=UTC)}]
+    runner.submit([Event(id="ready-005", type="node.ready", source=Source.node,
+                         time=datetime(2026, 11, 30, 10, 0, tzinfo=UTC), cluster="cluster-a",
+                         scope=Scope.node, entity="node-005", node="node-005",
+                         attributes={"reason": "resumed after a GPU swap"})])
+    runner.drain()
+    again = store.incident(row["incident_id"], None)
+    assert again is not None and again["still_drained"] == []

@@ -130,12 +130,13 @@ class Reader:
             raise
 
     def entity_timeline(self, projects: list[str], name: str, *, since: Any = None,
-                        until: Any = None) -> list[dict[str, Any]]:
+                        until: Any = None, cluster: str = "") -> list[dict[str, Any]]:
         if self.store is not None:
-            rows: list[dict[str, Any]] = self.store.entity_timeline(projects, name,
-                                                                    since=since, until=until)
+            rows: list[dict[str, Any]] = self.store.entity_timeline(
+                projects, name, since=since, until=until, cluster=cluster)
             return rows
         # the route wants a project; with none asked, one no job has (infrastructure only)
         return list(self._get(f"/v1/entities/{quote(name, safe='')}/timeline", {
             "project": projects or ["-"], "since": since.isoformat() if since else None,
-            "until": until.isoformat() if until else None})["rows"])
+            "until": until.isoformat() if until else None,
+            "cluster": cluster or None})["rows"])

@@ -86,14 +86,14 @@ MAX_NODES = 20
 
 def _node_states(reader: Any, found: dict[str, Any]) -> list[dict[str, Any]]:
     """The state events (drained, not ready, ready) of the nodes the incident's evidence
-    found drained or not ready (at most MAX_NODES), oldest first."""
-    if found.get("drained") is not None:  # the incident's record says it (diagnosis)
-        return list(found["drained"])
+    found drained or not ready (at most MAX_NODES), oldest first, read from the events of
+    the incident's cluster (the drain's own reason; two clusters' node-041 are not one)."""
+    cluster = str(found.get("cluster") or "")
     nodes = sorted({str(e["entity"]) for e in found.get("evidence") or ()
                     if e.get("type") in NODE_STATES[:2] and e.get("entity")})[:MAX_NODES]
     rows: list[dict[str, Any]] = []
     for node in nodes:
-        rows += [r for r in reader.entity_timeline([], node)
+        rows += [r for r in reader.entity_timeline([], node, cluster=cluster)
                  if r.get("type") in NODE_STATES and (r.get("node") or r.get("entity")) == node]
     return rows
 

@@ -239,9 +239,10 @@ def _wiring(settings: Settings) -> Any:
 @click.option("--at", "at", required=True, help="ISO time")
 @click.option("--project", "projects", multiple=True, required=True,
               help="Projects to look in (repeatable); reads are always project-bound")
+@click.option("--cluster", default="", help="The cluster (two can share node names)")
 @click.pass_context
 def where(ctx: click.Context, node: str, switch: str, filesystem: str, at: str,
-          projects: tuple[str, ...]) -> None:
+          projects: tuple[str, ...], cluster: str) -> None:
     """Which job attempts were on a node, under a switch or using a filesystem at a time."""
     from jobtrail.store.queries import attempts_under
 
@@ -251,8 +252,8 @@ def where(ctx: click.Context, node: str, switch: str, filesystem: str, at: str,
     when = _parse_when(at)
     assert when is not None
     for a in attempts_under(store, topology, projects, when, node=node, switch=switch,
-                            filesystem=filesystem):
-        click.echo(f"{a.project} {a.job_id} attempt {a.attempt} {a.state} "
+                            filesystem=filesystem, cluster=cluster):
+        click.echo(f"{a.cluster} {a.project} {a.job_id} attempt {a.attempt} {a.state} "
                    f"{len(a.nodes)} nodes started {a.started_at:%Y-%m-%d %H:%M:%S}")
 
 
@@ -284,16 +285,18 @@ def attempt(ctx: click.Context, job: str, attempt: int, project: str) -> None:
 @click.option("--since", default=None)
 @click.option("--until", default=None)
 @click.option("--json", "as_json", is_flag=True, help="Rows as JSON lines")
+@click.option("--cluster", default="", help="The cluster (two can share node names)")
 @click.pass_context
 def entity(ctx: click.Context, name: str, projects: tuple[str, ...], since: str | None,
-           until: str | None, as_json: bool = False) -> None:
+           until: str | None, as_json: bool = False, cluster: str = "") -> None:
     """What happened on an entity: node, GPU, NIC, switch, port or filesystem (a table;
     --json for JSON lines)."""
     from jobtrail.cli.beside import Reader
     from jobtrail.views.show import entity_table
 
     rows = Reader(_settings(ctx)).entity_timeline(
-        list(projects), name, since=_parse_when(since), until=_parse_when(until))
+        list(projects), name, since=_parse_when(since), until=_parse_when(until),
+        cluster=cluster)
     if as_json:
         for row in rows:
             click.echo(json.dumps(row, default=str))

@@ -34,7 +34,8 @@ def _projects(request: web.Request) -> list[str]:
 
 
 def _attempt_json(a: Any) -> dict[str, Any]:
-    return {"project": a.project, "job_id": a.job_id, "attempt": a.attempt, "state": a.state,
+    return {"project": a.project, "cluster": a.cluster, "job_id": a.job_id,
+            "attempt": a.attempt, "state": a.state,
             "nodes": list(a.nodes), "gpus": a.gpus, "started_at": a.started_at,
             "ended_at": a.ended_at, "mounts": list(a.mounts)}
 
@@ -61,7 +62,8 @@ async def where(request: web.Request) -> web.Response:
     q = request.query
     found = await backend.call(attempts_under, backend.store, backend.topology(), projects, at,
                                node=q.get("node", ""), switch=q.get("switch", ""),
-                               filesystem=q.get("filesystem", ""))
+                               filesystem=q.get("filesystem", ""),
+                               cluster=q.get("cluster", ""))
     return reply({"attempts": [_attempt_json(a) for a in found]})
 
 
@@ -85,5 +87,6 @@ async def entity_timeline(request: web.Request) -> web.Response:
     backend = request.app[BACKEND]
     rows = await backend.call(backend.store.entity_timeline, projects,
                               request.match_info["name"], since=query_time(request, "since"),
-                              until=query_time(request, "until"))
+                              until=query_time(request, "until"),
+                              cluster=request.query.get("cluster", ""))
     return reply({"rows": rows})

@@ -331,17 +331,20 @@ class Store(IncidentTables):
         return rows
 
     def attempts_at(self, projects: Sequence[str], at: datetime, *,
-                    nodes: Sequence[str] = (), filesystem: str = "") -> list[Attempt]:
-        """Attempts of `projects` running at `at` on any of `nodes` or mounting `filesystem`."""
+                    nodes: Sequence[str] = (), filesystem: str = "",
+                    cluster: str = "") -> list[Attempt]:
+        """Attempts of `projects` running at `at` on any of `nodes` or mounting `filesystem`
+        (in `cluster` when given: two clusters can both have a `node-001`)."""
         rows = self._dicts(
             f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM job_attempts FINAL "
             "WHERE project IN {projects:Array(String)} "
+            "AND ({cluster:String} = '' OR cluster = {cluster:String}) "
             "AND started_at <= {at:DateTime64(3, 'UTC')} "
             "AND (ended_at IS NULL OR ended_at >= {at:DateTime64(3, 'UTC')}) "
             "AND (hasAny(nodes, {nodes:Array(String)}) OR ({fs:String} != '' AND "
             "arrayExists(m -> splitByChar(':', m)[1] = {fs:String}, mounts))) "
             "ORDER BY project, job_id, attempt",
-            projects=list(projects), at=at, nodes=list(nodes), fs=filesystem)
+            projects=list(projects), at=at, nodes=list(nodes), fs=filesystem, cluster=cluster)
         return [attempt_from_row(r) for r in rows]
 
     def checkpoints(self, project: str, job_id: str, attempt: int) -> list[dict[str, Any]]:
@@ -355,9 +358,10 @@ class Store(IncidentTables):
 
     def entity_timeline(self, projects: Sequence[str], entity: str, *,
                         since: datetime | None = None, until: datetime | None = None,
-                        limit: int = 10_000) -> list[dict[str, Any]]:
+                        limit: int = 10_000, cluster: str = "") -> list[dict[str, Any]]:
         """What happened on an entity (node, GPU, NIC, switch, port, filesystem, target):
-        cluster-level events, plus job events of the caller's projects only.
+        cluster-level events, plus job events of the caller's projects only; in `cluster`
+        when given (each row says its cluster: two clusters' `node-001` are told apart).
 
         Not `FINAL`: the rows `events` can hold twice are a replayed batch's, byte for byte
         the same (a re-send with other content is dead-lettered, not stored), so `LIMIT 1 BY
@@ -365,16 +369,17 @@ class Store(IncidentTables):
         range first (4x slower on 25 M events, bench/queries.py). The attributes are parsed
         only for rows whose text names the entity."""
         return self._dicts(
-            "SELECT time, id, source, type, severity, project, job_id, scope, entity, node, "
-            "message FROM events "
+            "SELECT time, id, cluster, source, type, severity, project, job_id, scope, entity, "
+            "node, message FROM events "
             "WHERE (entity = {e:String} OR node = {e:String} OR startsWith(entity, {p:String}) "
             "OR (position(attributes, {e:String}) > 0 "
             "AND (JSONExtractString(attributes, 'switch') = {e:String} "
             "OR JSONExtractString(attributes, 'filesystem') = {e:String}))) "
             "AND (project = '' OR project IN {projects:Array(String)}) "
+            "AND ({cluster:String} = '' OR cluster = {cluster:String}) "
             "AND time >= {since:DateTime64(3, 'UTC')} AND time <= {until:DateTime64(3, 'UTC')} "
             "ORDER BY time, id LIMIT 1 BY id LIMIT {limit:UInt32}",
-            e=entity, p=f"{entity}/", projects=list(projects),
+            e=entity, p=f"{entity}/", projects=list(projects), cluster=cluster,
             since=since or datetime(1970, 1, 1, tzinfo=UTC),
             until=until or datetime(2200, 1, 1, tzinfo=UTC), limit=limit)
 

@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_core import to_json
 
+from processors.incidents.aggregate import still_drained
 from processors.incidents.model import Incident, IncidentEvent
 
 RETENTION_COLUMNS = ("incident_id", "version", "status", "closed_at", "postmortem_status")
 """The columns of `incidents` copied to `incident_retention` (jobtrail.reports.retention)."""
 
-INCIDENT_LIST = ("incident_id, status, severity, class, entity, owner, title, opened_at, "
-                 "resolved_at, impacted_jobs, impacted_gpus, lost_gpu_hours, loss_unknown, "
-                 "recovery, projects, confidence")
+INCIDENT_LIST = ("incident_id, cluster, status, severity, class, entity, owner, title, "
+                 "opened_at, resolved_at, impacted_jobs, impacted_gpus, lost_gpu_hours, "
+                 "loss_unknown, recovery, projects, confidence")
 
 
 def shown(row: dict[str, Any]) -> dict[str, Any]:
@@ -207,6 +208,8 @@ class IncidentTables:
             id=incident_id)
         for entry in out["log"]:
             entry["data"] = json.loads(entry["data"])
+        out["still_drained"] = [{"node": node, "since": since} for node, since in still_drained(
+            (e["time"], e["type"], e["entity"], e["role"]) for e in out["evidence"])]
         if projects is not None and out.get("linked"):  # only those the caller may read
             out["linked"] = [str(r[0]) for r in self._q(
                 "SELECT incident_id FROM incidents FINAL WHERE incident_id IN "

@@ -27,13 +27,14 @@ def wiring(store: Store, base: Topology) -> Topology:
 
 
 def attempts_under(store: Store, topology: Topology, projects: Sequence[str], at: datetime, *,
-                   node: str = "", switch: str = "", filesystem: str = "") -> list[Attempt]:
+                   node: str = "", switch: str = "", filesystem: str = "",
+                   cluster: str = "") -> list[Attempt]:
     nodes = [node] if node else []
     if switch:
         nodes.extend(sorted({link.node for link, _ in topology.under(switch, at)}))
     if not nodes and not filesystem:
         return []
-    return store.attempts_at(projects, at, nodes=nodes, filesystem=filesystem)
+    return store.attempts_at(projects, at, nodes=nodes, filesystem=filesystem, cluster=cluster)
 
 
 @dataclass

@@ -123,6 +123,23 @@ class Told:
     corrected: bool = False
 
 
+def still_drained(evidence: Iterable[tuple[datetime, str, str, str]]
+                  ) -> list[tuple[str, datetime]]:
+    """(node, drained since) of the nodes an incident's evidence shows drained and not yet
+    back (`node.ready` after the drain), from (time, type, entity, role) of each piece: what
+    `incident show` lists as still out of service."""
+    out: dict[str, datetime] = {}
+    for time, type_, entity, role in sorted(evidence):
+        node = entity.split("/", 1)[0]
+        if role == "moved" or not node:
+            continue
+        if type_ == "node.drained":
+            out.setdefault(node, time)
+        elif type_ == "node.ready":
+            out.pop(node, None)
+    return sorted(out.items())
+
+
 RECOVERY_STAGES = ("awaiting_restart", "restarted", "restored", "progress_resumed", "verified")
 
 
@@ -140,6 +157,8 @@ class Incident:
 
     id: str
     key: str = ""
+    cluster: str = ""
+    """The cluster it happened in: two clusters' node-001 are two entities."""
     seq: int = 0
     status: str = "open"
     title: str = ""
@@ -234,6 +253,11 @@ class Incident:
     @property
     def active(self) -> bool:
         return self.status not in ("resolved", "closed")
+
+    @property
+    def still_drained(self) -> list[tuple[str, datetime]]:
+        """Nodes its evidence shows drained and not back in service, with since when."""
+        return still_drained((e.time, e.type, e.entity, e.role) for e in self.evidence.values())
 
     @property
     def job_scoped(self) -> bool:

@@ -61,6 +61,11 @@ def from_millis(ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=ms)
 
 
+def title(text: str, cluster: str) -> str:
+    """An incident's title names its cluster: two clusters' `node-001` are told apart."""
+    return f"{text} in {cluster}" if cluster else text
+
+
 def node_of(entity: str) -> str:
     return entity.split("/", 1)[0] if entity else ""
 
@@ -130,6 +135,9 @@ class Progress:
     """Recent step times reported by each node's ranks (straggler detection)."""
     straggler: dict[str, tuple[datetime, str, list[float]]] = field(default_factory=dict)
     """node -> (slow since, incident once reported, slow samples)"""
+    uncertain: tuple[datetime, datetime] | None = None
+    """The interval the attempt's first symptom lies in when its line had no time of its own
+    (`time_lower`, `time_upper`): a signal inside it may have come first."""
     hang_armed: bool = False
     saves: deque[float] = field(default_factory=lambda: deque(maxlen=16))
     """Recent checkpoint save durations (s): the attempt's usual save."""
@@ -159,12 +167,17 @@ class Book:
     last_touch: dict[str, datetime] = field(default_factory=dict)
     """incident -> the watermark at its last decision (eviction measures quiet from it)"""
     watermark: datetime | None = None
+    cluster: str = ""
+    """The cluster of the events decided (a runtime holds one detector per cluster)."""
     replaying: bool = False
     open: dict[str, str] = field(default_factory=dict)  # grouping key -> active incident
     resolved: dict[str, str] = field(default_factory=dict)  # grouping key -> last resolved
     resolved_at: dict[str, datetime] = field(default_factory=dict)  # grouping key -> when
     by_attempt: dict[AttemptKey, str] = field(default_factory=dict)
     signals: deque[Signal] = field(default_factory=deque)
+    changes: deque[Signal] = field(default_factory=deque)
+    """Changes applied to nodes, standing for the attempts that start after them
+    (`changes`), kept for `change_window_s`."""
     counts: dict[tuple[str, str], deque[int]] = field(default_factory=dict)
     """(rule, key) -> the times of its signals inside the rule's window, in milliseconds
     (`millis`: an int pickles in a fraction of a datetime's time; the book is pickled
@@ -179,6 +192,15 @@ class Book:
     opened_observed: dict[str, datetime] = field(default_factory=dict)
     planned: dict[str, tuple[datetime, str, str]] = field(default_factory=dict)
     """node -> (planned window ends, the change or ticket cited, its event id)"""
+    blamed: dict[str, tuple[Signal, str, datetime, tuple[str, ...]]] = field(
+        default_factory=dict)
+    """node -> (the cause that failed an attempt on it, its incident, when, the attempts it
+    failed): the same node in a later attempt is a candidate again (`blame`)"""
+    drains: dict[str, set[str]] = field(default_factory=dict)
+    """node -> the incidents holding its drain as evidence (its return is attached there)"""
+    powered: dict[str, tuple[datetime, datetime, str]] = field(default_factory=dict)
+    """node -> (it lost power, its power window ends, the power event's id): what follows on
+    the node is the power loss's consequence (`power`)"""
     ready: dict[str, deque[datetime]] = field(default_factory=dict)
     """node -> its recent `node.ready` times (a fault declared over before an attempt started
     on the node cannot explain that attempt's failure)"""
@@ -263,6 +285,8 @@ class Book:
             entity=event.entity or event.node or "", why=why, role=role, project=event.project,
             job_id=event.job_id or "", attempt=attempt[2] if attempt else event.attempt),
             event.time, rule, event.id)
+        if event.type == "node.drained" and (node := node_of(event.node or event.entity or "")):
+            self.drains.setdefault(node, set()).add(inc_id)
         drill = event.attributes.get("drill")
         if drill and "drill" not in self.incidents[inc_id].flags:
             # a recovery drill's fault (jobtrail drill run): recorded as one, pages nobody,

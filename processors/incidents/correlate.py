@@ -140,6 +140,9 @@ def shared_nodes(ctx: Context, inc_id: str, key: AttemptKey, time: datetime) -> 
     job = book.jobs.get((key[0], key[1]))
     if job is None or count < 2:
         return
+    inc = book.incidents[inc_id]
+    if inc.key.startswith("node:") and inc.cause_source == "infrastructure":
+        return  # its node explains the failure: the others it shared are not suspects
     horizon = time.timestamp() - ctx.rules.repeat_offender_window_s
     failed = [a for n, a in sorted(job.attempts.items()) if n < key[2] and a.nodes
               and a.outcome in ("failed", "requeued") and a.ended_at is not None

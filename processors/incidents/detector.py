@@ -28,7 +28,20 @@ from datetime import datetime
 from typing import Any
 
 from processors.attempts import LIFECYCLE_TYPES, JobRecord, evolve
-from processors.incidents import cause, ends, grouping, impact, opening, planned, recovery, slowdown
+from processors.incidents import (
+    blame,
+    cause,
+    changes,
+    ends,
+    grouping,
+    impact,
+    opening,
+    planned,
+    power,
+    reasons,
+    recovery,
+    slowdown,
+)
 from processors.incidents.archive import Incidents
 from processors.incidents.book import AttemptKey, Book, NotInLog, node_of
 from processors.incidents.context import Context
@@ -128,6 +141,9 @@ class Detector:
     def _observe(self, event: Event, rows: Sequence[TimelineRow]) -> None:
         ctx = self.context
         self._advance(ctx, event.time)
+        event = reasons.named_xid(event, ctx.topology().gpu_of)
+        if event.cluster and not self.book.cluster:
+            self.book.cluster = event.cluster
         book = self.book
         if event.type in LIFECYCLE_TYPES and event.job_id:
             job, touched = evolve(book.jobs.get((event.project, event.job_id)), event)
@@ -139,8 +155,12 @@ class Detector:
             recovery.track(ctx, event)
         if event.type == "node.ready" and (node := event.node or node_of(event.entity or "")):
             book.ready.setdefault(node, deque(maxlen=READY_KEPT)).append(event.time)
-        signal = planned.observe(ctx, event, self.rules.signal_rule(
-            event.type, event.attributes, event.message))
+            for inc_id in sorted(book.drains.pop(node, ())):
+                if book.incidents.knows(inc_id) and book.incidents[inc_id].active:
+                    book.evidence(inc_id, event, "recovery", f"{node} returned to service",
+                                  "node-returned")
+        signal = power.observe(ctx, event, planned.observe(ctx, event, self.rules.signal_rule(
+            event.type, event.attributes, event.message)))
         if signal is not None and event.project and not event.job_id and not rows:
             signal = None  # a project's report of a place none of its jobs is on (the rows
             # are its own project's only: `timeline.rows_for`): no incident of its own
@@ -152,6 +172,11 @@ class Detector:
         if symptom is not None and event.job_id:
             cause.on_symptom(ctx, event, symptom, book.attempt_key(event), event.time,
                              event.id)
+        elif symptom is not None and symptom.via_node:
+            # a node's report of a process it killed: the symptom of the one attempt on it
+            on = {(r.project, r.job_id, r.attempt) for r in rows if r.relation == "node"}
+            if len(on) == 1:
+                cause.on_symptom(ctx, event, symptom, on.pop(), event.time, event.id)
 
     def forget_jobs(self, cutoff: datetime) -> int:
         """Drop what the book holds for jobs whose attempts all ended before `cutoff` (their
@@ -210,4 +235,7 @@ class Detector:
                 recovery.deadline(ctx, when, ref, key)
         grouping.forget(ctx)
         planned.forget(ctx)
+        power.forget(ctx)
+        changes.forget(ctx)
+        blame.forget(ctx)
 

@@ -101,6 +101,7 @@ def _evolve(payload: Payload, inc: Incident, event: IncidentEvent) -> None:
 @_evolve.register
 def _(p: ev.IncidentOpened, inc: Incident, event: IncidentEvent) -> None:
     inc.key, inc.title, inc.klass, inc.entity = p.key, p.title, p.klass, p.entity
+    inc.cluster = p.cluster
     inc.rule, inc.opened_at, inc.status = event.actor.rule, event.time, "open"
     inc.first_signal_at = inc.last_signal_at = p.first_signal_at or event.time
 

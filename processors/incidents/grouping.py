@@ -13,7 +13,18 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from processors.incidents import actions, cause, correlate, impact, opening, weighing
+from processors.incidents import (
+    actions,
+    cause,
+    changes,
+    correlate,
+    impact,
+    opening,
+    power,
+    reasons,
+    slowdown,
+    weighing,
+)
 from processors.incidents.book import AttemptKey, Signal, akey, millis, node_of
 from processors.incidents.rules import SignalRule
 from processors.incidents.signals import join
@@ -46,9 +57,13 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
                if r.relation != "self"}
     if event.job_id:
         reached[ctx.book.attempt_key(event)] = ("self", event.job_id)
+    if rule.name == power.RULE:
+        power.consequence(ctx, event, rule, Signal(event, rule, "", reached))
+        return
     key = group_key(ctx, event, rule.klass)
     signal = Signal(event, rule, key, reached)
     book.signals.append(signal)
+    changes.remember(ctx, event, reached)
     window = book.counts.setdefault((rule.name, key), deque())
     horizon = event.time - timedelta(seconds=rule.threshold.window_s)
     window.append(millis(event.time))
@@ -80,6 +95,7 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
                   event.time, rule.name, event.id)
         ctx.book.evidence(parent, event, "consequence", f"{rule.why or rule.klass}, on a node the "
                           "incident already holds, after its cause", rule.name)
+        actions.for_consequence(ctx, parent, event.time, event, rule.klass, rule.name)
     elif open_id is not None:
         join(ctx, open_id, signal)
         self_impact(ctx, open_id, event, rule)
@@ -96,7 +112,8 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
         book.emit(inc_id, ev.CauseUpdated(
             klass=rule.klass, entity=named, event_id=first.id, confidence=0.7,
             explanation=f"{named} reported {first.type} "
-                        f"({rule.why or rule.klass}): {count}, rule {rule.name}. "
+                        f"({rule.why or rule.klass}{reasons.said(first)}): {count}, rule "
+                        f"{rule.name}. "
                         "No job symptom linked yet.", source="signal"),
                   event.time, rule.name, f"cause:{first.id}")
 
@@ -106,6 +123,10 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
         self_impact(ctx, inc_id, event, rule)
 
     cause.late(ctx, signal)
+    slowdown.localise_late(ctx, signal)
+    standing = next((s for s in reversed(book.changes) if s.event.id == event.id), None)
+    if standing is not None:
+        cause.late(ctx, standing)
 
 
 def consequence_of(ctx: Context, event: Event, rule: SignalRule, signal: Signal) -> str | None:
@@ -133,6 +154,10 @@ def consequence_of(ctx: Context, event: Event, rule: SignalRule, signal: Signal)
             continue  # a job's own failure at the signal's instant: a cause (`cause.late`)
         held = {(j.project, j.job_id, j.attempt) for j in inc.jobs.values()
                 if j.role in ("failed", "degraded")}
+        if inc.cause_source == "job" and inc.job_scoped and any(
+                (p := ctx.book.progress.get(k)) is not None and p.uncertain is not None
+                and p.uncertain[0] <= first <= event.time <= p.uncertain[1] for k in held):
+            continue  # inside the interval of a symptom with no time of its own: a cause
         if not held:
             continue
         if reached:
@@ -181,10 +206,13 @@ def reach(ctx: Context, rows: Sequence[TimelineRow]) -> None:
     fault domains the remembered signals reached."""
     if not any(row.relation != "self" for row in rows):
         return
-    by_id = {s.event.id: s for s in ctx.book.signals}
+    by_id: dict[str, list[Signal]] = {}
+    for s in (*ctx.book.signals, *ctx.book.changes):
+        by_id.setdefault(s.event.id, []).append(s)
     for row in rows:
-        signal = by_id.get(row.event.id)
-        if signal is not None and row.relation != "self":
+        if row.relation == "self":
+            continue
+        for signal in by_id.get(row.event.id, ()):
             signal.reach((row.project, row.job_id, row.attempt), (row.relation, row.link_path))
 
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from processors.incidents import actions
-from processors.incidents.book import akey, jobref
+from processors.incidents.book import akey, jobref, title
 from processors.incidents.model import incident_id
 from schemas import incident_events as ev
 
@@ -49,8 +49,10 @@ def check(ctx: Context, node: str, inc_id: str, time: datetime, token: str = "")
         first = book.incidents[recent[0][1]]
         standing = incident_id(key, first.id)
         book.emit(standing, ev.IncidentOpened(key=key, klass="repeat_offender", entity=node,
-                                              title=f"repeat offender: {node}",
-                                              first_signal_at=recent[0][0]),
+                                              title=title(f"repeat offender: {node}",
+                                                          book.cluster),
+                                              first_signal_at=recent[0][0],
+                                              cluster=book.cluster),
                   time, RULE, "opened")
         book.open[key] = standing
         entry = ctx.rules.klass("repeat_offender")

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from processors.incidents import offenders, routing, severity
-from processors.incidents.book import NotInLog, node_of
+from processors.incidents.book import NotInLog, node_of, title
 from processors.incidents.model import incident_id
 from schemas import incident_events as ev
 
@@ -22,8 +22,10 @@ def open_incident(ctx: Context, key: str, klass: str, entity: str, first_id: str
     book = ctx.book
     inc_id = incident_id(key, first_id)
     book.emit(inc_id, ev.IncidentOpened(
-        key=key, klass=klass, entity=entity, title=f"{klass.replace('_', ' ')} on {entity}",
-        first_signal_at=first_at, first_event=first_id), time, rule, "opened")
+        key=key, klass=klass, entity=entity,
+        title=title(f"{klass.replace('_', ' ')} on {entity}", book.cluster),
+        first_signal_at=first_at, first_event=first_id, cluster=book.cluster), time, rule,
+        "opened")
     if inc_id not in book.incidents:
         raise NotInLog(inc_id)
     if observed_at is not None and not book.replaying:

@@ -41,7 +41,8 @@ def incident_row(inc: Incident) -> dict[str, Any]:
     flagged `withdrawn`."""
     held = [] if inc.withdrawn else list(inc.jobs.values())
     return {
-        "incident_id": inc.id, "version": inc.seq, "key": inc.key, "status": inc.status,
+        "incident_id": inc.id, "version": inc.seq, "key": inc.key, "cluster": inc.cluster,
+        "status": inc.status,
         "title": inc.title, "class": inc.klass, "entity": inc.entity, "rule": inc.rule,
         "cause_class": inc.cause_class, "cause_entity": inc.cause_entity,
         "cause_event": inc.cause_event, "confidence": inc.confidence,

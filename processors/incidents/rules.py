@@ -146,6 +146,9 @@ class SymptomRule(_Strict):
     """When several symptoms of one attempt disagree, the highest rank names the class
     (an OOM on rank 3 explains the other ranks' NCCL timeouts)."""
     why: str = ""
+    via_node: bool = False
+    """A node's report of a job's process (a kernel OOM kill logged without the job): the
+    symptom of the one attempt running on the node, reached through it."""
 
     _types = field_validator("types")(lambda cls, v: _known_types(v))
 
@@ -235,6 +238,21 @@ class Rules(_Strict):
     """Per incident: past it a sustained condition (a GPU ticking correctable errors for
     days) is counted in one `signal_added` per quarter group window, not logged and attached
     signal by signal, so an incident's log and a worker's memory stay bounded."""
+    change_window_s: float = Field(default=86400, gt=0)
+    """How long a change (`change.applied`) applied to nodes stays a candidate cause of the
+    failures of attempts that start on them after it."""
+    change_weight: int = Field(default=2, ge=0, le=5)
+    """A change's specificity as a cause (a fault signal naming the fault is 3)."""
+    change_explains: list[str] = Field(default_factory=lambda: [
+        "nccl_hang", "hang", "job_failure", "code_error", "fail_slow"])
+    """Classes of symptoms a change can cause: a symptom that names another class itself (an
+    OOM, an ECC error) is never put down to a change."""
+    blame_window_s: float = Field(default=86400, gt=0)
+    """How long a node whose fault failed an attempt is a candidate cause of a later
+    attempt's failure seen on it with another symptom and no new signal."""
+    power_window_s: float = Field(default=3600, gt=0)
+    """How long after a node lost power (`node.power` off) its ports going down and the
+    scheduler's not-responding, drain or reboot are that power loss's consequences."""
     planned_window_s: float = Field(default=4 * 3600, gt=0)
     """How long after a change (`change.*`) or a maintenance drain its node's drains and
     reboots (not-ready) are planned work rather than faults."""
@@ -267,6 +285,7 @@ class Rules(_Strict):
                   ("progress.fail_slow.straggler_class", self.progress.fail_slow.straggler_class)]
         named += [(f"routing.rules.{i}.classes", c) for i, r in enumerate(self.routing.rules)
                   for c in r.classes]
+        named += [(f"change_explains.{i}", c) for i, c in enumerate(self.change_explains)]
         for where, klass in named:
             if klass not in self.classes:
                 raise ValueError(f"{where}: class {klass!r} is not in the classes table "

@@ -173,6 +173,57 @@ def _report_warned(ctx: Context, event: Event, key: AttemptKey, rule: SymptomRul
     return inc_id
 
 
+_ON_THE_NODE = frozenset({"self", "node", "gpu", "nic"})
+
+
+def localise_late(ctx: Context, signal: Signal) -> None:
+    """A GPU or node signal that comes while an attempt is still slow and its slow-down was
+    reported as the job's own (no warning came before: DCGM's clocks read later, an
+    operator's diag of the node) localises it: the attempt moves, degraded, into the node's
+    incident (the slow-down is that GPU's, owned as its class says), the job-own one is
+    withdrawn into it, and the time lost is charged there when the slow-down ends."""
+    book = ctx.book
+    if ctx.rules.klass(signal.rule.klass).group != "node" or signal.rule.weight < 1:
+        return
+    for key, (relation, path) in list(signal.reached.items()):
+        progress = book.progress.get(key)
+        if relation not in _ON_THE_NODE or progress is None or progress.slow_since is None \
+                or not progress.slow_reported or not progress.slow_incident \
+                or signal.event.time < progress.slow_since:
+            continue
+        held = book.incidents[progress.slow_incident]
+        if not held.active or not held.job_scoped or held.cause_source != "job" \
+                or held.cause_class != ctx.rules.progress.fail_slow.klass:
+            continue
+        to_id = book.open.get(signal.key) or opening.open_incident(
+            ctx, signal.key, signal.rule.klass, signal.event.entity or signal.key,
+            signal.event.id, signal.event.time, signal.rule.name, signal.event.time,
+            signal.event.observed_at)
+        entity = signal.event.entity or signal.event.node or signal.key
+        slow = (signal.event.time - progress.slow_since).total_seconds() / 60
+        why_signal = signal.rule.why or signal.rule.klass
+        holder = path.split(" → ")[-1]
+        explanation = (f"{entity} reported {signal.event.type} ({why_signal}) while "
+                       f"{akey(key)} had been slow for {slow:.0f} min (since "
+                       f"{progress.slow_since.isoformat()}, reported as the job's own with no "
+                       f"warning before it); {holder}, one of the attempt's own, holds it: "
+                       "the slow-down is there, not the job's.")
+        book.emit(to_id, ev.CauseUpdated(
+            klass=signal.rule.klass, entity=entity, event_id=signal.event.id,
+            confidence=0.7, relation=relation, source="infrastructure",
+            explanation=explanation), signal.event.time, signal.rule.name,
+            f"slow-cause:{akey(key)}")
+        routing.route(ctx, to_id, signal.event.time, signal.rule.name)
+        actions.propose(ctx, to_id, signal.event.time, signal.event, signal.rule.name)
+        book.evidence(to_id, signal.event, "cause", signal.rule.why, signal.rule.name, key)
+        impact.impacted(ctx, to_id, key, signal.event.time, signal.rule.name, role="degraded")
+        progress.slow_incident = to_id
+        why = f"{akey(key)}'s slow-down is {entity}'s"
+        if [k for k, j in held.jobs.items() if j.role in ("failed", "degraded")] == [akey(key)]:
+            book.emit(held.id, ev.DiagnosisRevised(why=why, merged_into=to_id),
+                      signal.event.time, signal.rule.name, f"moved:{akey(key)}:{to_id}")
+
+
 def _episode_over(ctx: Context, key: AttemptKey, progress: Progress, end: datetime,
                   baseline: float) -> None:
     """A reported slow-down ended: count what it cost (cumulative over episodes)."""

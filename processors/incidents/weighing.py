@@ -24,17 +24,20 @@ explanation lists every candidate considered and why each lost.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from processors.incidents import blame, changes
 from processors.incidents.book import AttemptKey, Signal, node_of
 from processors.incidents.rules import SymptomRule
 
 if TYPE_CHECKING:
     from processors.incidents.context import Context
 
-CONFIDENCE = {"self": 0.9, "node": 0.9, "gpu": 0.9, "nic": 0.85, "rank": 0.85, "switch": 0.6,
+CONFIDENCE = {"self": 0.9, "node": 0.9, "gpu": 0.9, "nic": 0.85, "rank": 0.85, "client": 0.85,
+              "switch": 0.6,
               "target": 0.6, "filesystem": 0.6, "path": 0.6, "queue": 0.5, "change": 0.4}
 MAX_BREADTH = 2
 OWN_RANK = 70
@@ -53,7 +56,7 @@ class Candidate:
     @property
     def entity(self) -> str:
         event = self.signal.event
-        return event.entity or event.node or self.signal.key
+        return changes.name(self.signal) or event.entity or event.node or self.signal.key
 
     def order(self) -> tuple[int, float, datetime, str]:
         return (-self.score, -CONFIDENCE.get(self.relation, 0.5), self.signal.event.time,
@@ -65,24 +68,38 @@ class Candidate:
 
 
 def candidates(ctx: Context, key: AttemptKey, time: datetime, since: datetime | None = None,
-               node: str = "", rule: SymptomRule | None = None) -> list[Candidate]:
-    """The candidate causes of a symptom of `key` at `time`, best first."""
+               node: str = "", rule: SymptomRule | None = None,
+               on: str = "") -> list[Candidate]:
+    """The candidate causes of a symptom of `key` at `time` (seen on node `on`), best
+    first."""
     lo = since or time - timedelta(seconds=ctx.rules.cause_window_s)
     hi = time + timedelta(seconds=ctx.rules.cause_slack_s)
-    window = [s for s in ctx.book.signals if lo <= s.event.time <= hi]
+    progress = ctx.book.progress.get(key)
+    bounds = progress.uncertain if progress is not None else None
+    if bounds is not None and bounds[0] <= time <= bounds[1]:
+        hi = max(hi, bounds[1] + timedelta(seconds=ctx.rules.cause_slack_s))
     attempt = ctx.book.attempt(key)
     started = attempt.started_at if attempt is not None else None
+    window = [s for s in ctx.book.signals if lo <= s.event.time <= hi
+              and changes.applies(s, started)]
+    if not node:
+        window += changes.reaching(ctx, key, time, started)
     first: dict[str, Signal] = {}
     for signal in window:
         if key not in signal.reached or (node and (signal.event.node or "") != node):
             continue
         on = signal.event.node or node_of(signal.event.entity or "")
-        if started is not None and on and ctx.book.cleared(on, signal.event.time, started):
+        if started is not None and on and signal.rule.klass != changes.KLASS \
+                and ctx.book.cleared(on, signal.event.time, started):
             continue  # the node was back (ready) before the attempt started on it
         held = first.get(signal.key)
         if held is None or signal.rule.weight > held.rule.weight or (
                 signal.rule.weight == held.rule.weight and signal.event.time < held.event.time):
             first[signal.key] = signal
+    for blamed in blame.reaching(ctx, key, time, on):
+        if blamed.key not in first:  # a fresh signal of the node's wins over its old blame
+            first[blamed.key] = blamed
+            window.append(blamed)
     if not first:
         return []
     weight = {group: signal.rule.weight for group, signal in first.items()}
@@ -101,6 +118,9 @@ def candidates(ctx: Context, key: AttemptKey, time: datetime, since: datetime | 
         relation, path = signal.reached[key]
         reasons = [f"specificity {weight[group]}"]
         score = weight[group]
+        if signal.event.time > time + timedelta(seconds=ctx.rules.cause_slack_s):
+            reasons.append("after the symptom's placed time, inside its line's interval: "
+                           "the order is uncertain")
         if rule is not None and rule.klass == signal.rule.klass:
             score += 2
             reasons.append("the job's own message says the same")
@@ -130,8 +150,12 @@ def _switch_end(ctx: Context, signal: Signal) -> set[str]:
     return {name for s, p in ends for name in (f"{s}/{p}", f"{s}/p{p.removeprefix('p')}")}
 
 
-def own_wins(best: Candidate, rule: SymptomRule) -> bool:
-    """The job's own message beats a weak candidate of another class."""
+def own_wins(best: Candidate, rule: SymptomRule, explains: Sequence[str] = ()) -> bool:
+    """The job's own message beats a weak candidate of another class; a change before the
+    attempt never explains a symptom that names a class a change does not cause (`explains`:
+    the rules' `change_explains`), an OOM or an ECC error."""
+    if best.signal.rule.klass == changes.KLASS:
+        return rule.rank >= OWN_RANK and rule.klass not in explains
     return rule.rank >= OWN_RANK and best.score <= 1 and rule.klass != best.signal.rule.klass
 
 

@@ -62,7 +62,12 @@ def labels(inc: Incident, projects: Sequence[str] = ()) -> dict[str, tuple[str, 
     mine = set(projects)
     jobs = [j for j in inc.jobs.values() if not mine or j.project in mine]
     return {
-        "team": (inc.owner,), "class": (inc.klass,), "severity": (inc.severity,),
+        # the owner, and every team a follow-up is proposed or open for (a drained node
+        # inside the network team's incident is hardware ops' to hear of)
+        "team": (inc.owner, *sorted({a.owner for a in inc.actions.values()
+                                     if a.status in ("proposed", "open") and a.owner
+                                     and a.owner != inc.owner})),
+        "class": (inc.klass,), "severity": (inc.severity,),
         "project": tuple(sorted({j.project for j in jobs})),
         "job": tuple(sorted({f"{j.project}/{j.job_id}" for j in jobs})),
         "entity": (inc.entity,), "cause_entity": (inc.cause_entity or inc.entity,),
@@ -91,6 +96,7 @@ def changes(log: Sequence[IncidentEvent], projects: Sequence[str] = (),
         before = labels(inc, projects) if inc is not None and inc.opened_at else {}
         old = (inc.klass, inc.cause_entity, inc.owner, inc.severity, inc.flags.copy()) \
             if inc is not None else ("", "", "", "", set())
+        old_teams = set(before.get("team", ())) if before else set()
         inc = apply(inc, event)
         if snapshots is not None and inc.opened_at is not None:
             snapshots.append(Snapshot(event.time, labels(inc, projects), inc.severity))
@@ -127,11 +133,18 @@ def changes(log: Sequence[IncidentEvent], projects: Sequence[str] = (),
             found.append(("recovery_failed", f"no-restart-{event.seq}"))
         elif kind == "postmortem_published":
             found.append(("postmortem_published", f"postmortem-{event.seq}"))
+        elif kind == "action_proposed" and event.data.get("owner") not in ("", inc.owner) \
+                and event.data.get("owner") not in old_teams:
+            # a follow-up for another team than the owner: that team hears of it
+            found.append(("followup_proposed", f"followup-{event.data.get('owner')}"))
         if not found or inc.opened_at is None:
             continue
         after = labels(inc, projects)
         for transition, key in found:
-            out.append(Change(transition, key, event.seq, event.time, before or after, after,
+            was, now = before or after, after
+            if transition == "followup_proposed":  # told to the team it is for
+                was = now = {**after, "team": (str(event.data.get("owner")),)}
+            out.append(Change(transition, key, event.seq, event.time, was, now,
                               inc.severity, inc.acknowledged_at, inc.mitigated_at,
                               inc.resolved_at))
     return out

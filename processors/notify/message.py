@@ -27,6 +27,7 @@ HEADLINES = {
     "resolved": "resolved", "reopened": "reopened",
     "postmortem_published": "postmortem published", "repeat": "still unacknowledged",
     "postmortem_due": "postmortem due", "followup_overdue": "a follow-up is overdue",
+    "followup_proposed": "a follow-up for another team than {owner}",
 }
 
 

@@ -25,18 +25,21 @@ from schemas import patterns
 
 TRANSITIONS = ("opened", "cause_changed", "severity_raised", "owner_changed", "mitigated",
                "recovery_verified", "recovery_failed", "resolved", "reopened",
-               "postmortem_published", "postmortem_due", "followup_overdue")
+               "postmortem_published", "postmortem_due", "followup_overdue",
+               "followup_proposed")
 LABELS = ("team", "owner", "class", "severity", "project", "job", "entity", "cause_entity",
           "rule", "status", "scope")
-"""What matchers can name (`team` and `owner` are the same label: the owning team; `scope`
+"""What matchers can name (`team` and `owner` are the same label: the owning team, and the
+teams a follow-up is proposed or open for; `scope`
 is `job` for a job's own incident, `entity` for an entity's)."""
 CHANNELS = ("webhook", "slack", "mattermost", "teams", "email")
 Transition = Literal["opened", "cause_changed", "severity_raised", "owner_changed", "mitigated",
                      "recovery_verified", "recovery_failed", "resolved", "reopened",
-                     "postmortem_published", "postmortem_due", "followup_overdue"]
+                     "postmortem_published", "postmortem_due", "followup_overdue",
+                     "followup_proposed"]
 DEFAULT_ON: tuple[Transition, ...] = ("opened", "cause_changed", "severity_raised",
                                       "owner_changed", "recovery_verified", "recovery_failed",
-                                      "resolved", "reopened")
+                                      "resolved", "reopened", "followup_proposed")
 
 _MATCHER = re.compile(r"^\s*([a-z_]+)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from processors.pipeline import Pipeline
+from processors.timeline import event_filesystem
 from schemas.events import Event, Scope, Source
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
@@ -43,6 +44,61 @@ def test_filesystem_event_reaches_every_job_mounting_it() -> None:
     out = p.process([infra("s1", "storage.latency", 10, Source.storage, Scope.target,
                            "lustre-OST7", filesystem="lustre", latency_ms=900.0)])
     assert [(r.job_id, r.relation) for r in out.timeline] == [("a", "target")]
+
+
+def test_a_storage_clients_error_reaches_the_attempts_on_its_node() -> None:
+    """A Lustre client's `rc = -28` against an OST, logged by a node that runs a job which
+    declared no mounts (Slurm never says them) and with no topology mapping the target,
+    reaches that job through its node (`client`), and names the filesystem by its fsname;
+    a job mounting the filesystem elsewhere is still reached through the mount."""
+    p = Pipeline()
+    start_two_jobs(p)
+    p.process([job_event("job.started", 0, "c", nodes=["n4"])])
+    event = infra("l1", "storage.io_error", 10, Source.storage, Scope.target, "scratch-OST0005",
+                  "n4", target="OST0005", fsname="scratch", error="ENOSPC (rc=-28)")
+    out = p.process([event])
+    assert [(r.job_id, r.relation, r.entity, r.link_path) for r in out.timeline] == [
+        ("c", "client", "scratch-OST0005", "scratch-OST0005 → n4")]
+    assert event_filesystem(event, None) == "scratch"
+    on_a = infra("l2", "storage.io_error", 11, Source.storage, Scope.target, "scratch-OST0005",
+                 "n4", target="OST0005", fsname="lustre", error="ENOSPC (rc=-28)")
+    assert {(r.job_id, r.relation) for r in p.process([on_a]).timeline} == {
+        ("a", "target"), ("c", "client")}
+
+
+def _rollout(minute: float) -> Event:
+    return Event(id="chg", type="change.applied", source=Source.change,
+                 time=T0 + timedelta(minutes=minute), cluster="c", entity="CHG-1",
+                 attributes={"kind": "nccl", "before": "2.18.3", "after": "2.19.3",
+                             "ticket": "CHG-1", "nodes": ["n1", "n2", "n3"]})
+
+
+def test_a_change_applied_before_an_attempt_started_is_on_its_timeline() -> None:
+    """A rollout to n1..n3 at 08:00; job a starts on n1, n2 at 09:00 and job b on n3 a day
+    later (far past the 10-minute lateness horizon): both timelines show the change once,
+    relation `change`, by the first node they share with it; a job elsewhere does not."""
+    p = Pipeline()
+    assert p.process([_rollout(0)]).timeline == []
+    a = p.process([job_event("job.started", 60, "a", nodes=["n1", "n2"])])
+    b = p.process([job_event("job.started", 60 * 24, "b", nodes=["n3"])])
+    c = p.process([job_event("job.started", 60 * 24, "c", nodes=["n9"])])
+    assert [(r.job_id, r.relation, r.entity, r.link_path) for r in a.timeline
+            if r.relation != "self"] == [("a", "change", "CHG-1", "CHG-1 → n1")]
+    assert [(r.job_id, r.relation, r.link_path) for r in b.timeline
+            if r.relation != "self"] == [("b", "change", "CHG-1 → n3")]
+    assert [r.relation for r in c.timeline] == ["self"]
+    again = p.process([job_event("job.completed", 60 * 25, "b")])  # re-placed: no second row
+    assert [r.relation for r in again.timeline] == ["self"]
+
+
+def test_a_change_that_arrives_after_the_attempt_started_reaches_it_too() -> None:
+    """The change record imported after the scheduler's: the attempt that started after the
+    change's time is under it all the same."""
+    p = Pipeline(lateness=timedelta(hours=6))
+    p.process([job_event("job.started", 60, "a", nodes=["n2"])])
+    out = p.process([_rollout(0)])
+    assert [(r.job_id, r.relation, r.link_path) for r in out.timeline] == [
+        ("a", "change", "CHG-1 → n2")]
 
 
 def test_event_outside_membership_window_is_not_attributed() -> None:

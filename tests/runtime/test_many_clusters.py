@@ -74,6 +74,20 @@ def check(store: Store) -> None:
     holding = {row["incident_id"] for row in evidence if XIDS["west"] in row["ids"]}
     impacted = store._dicts("SELECT DISTINCT incident_id, job_id FROM incident_jobs FINAL")
     assert not [r for r in impacted if r["incident_id"] in holding and r["job_id"]], impacted
+    # ... and they can be told apart (issue 41, item 10): each incident says its cluster,
+    # in its row and its title; `entity` and `where` take the cluster
+    told = {(r["cluster"], r["title"]) for r in store._dicts(
+        "SELECT cluster, title FROM incidents FINAL WHERE class = 'gpu_hardware'")}
+    assert told == {("east", "gpu hardware on node-001/gpu0 in east"),
+                    ("west", "gpu hardware on node-001/gpu0 in west")}
+    for cluster in ("east", "west"):
+        rows = store.entity_timeline([PROJECT], "node-001", cluster=cluster)
+        assert {(r["id"], r["cluster"]) for r in rows} == {(XIDS[cluster], cluster)}
+    assert {r["id"] for r in store.entity_timeline([PROJECT], "node-001")} == set(XIDS.values())
+    at = T0 + timedelta(minutes=5)
+    assert [a.job_id for a in store.attempts_at([PROJECT], at, nodes=["node-001"],
+                                                cluster="east")] == ["east-1"]
+    assert store.attempts_at([PROJECT], at, nodes=["node-001"], cluster="west") == []
 
 
 def _runner(store: Store, log: Path) -> EmbeddedRunner:
