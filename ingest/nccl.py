@@ -66,19 +66,6 @@ _AGENT_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?
 _SIGNAL_NAMES = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 7: "SIGBUS",
                  2: "SIGINT"}
 _ENTRY = re.compile(r"^\s*\[(?P<n>\d+)\]:\s*$")
-_LOAD = re.compile(r"successfully loaded checkpoint from (?P<path>\S++).{0,400}?at "
-                            r"iteration (?P<step>\d+)", re.I)
-_NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)?)Error)|"
-                       r"NCCL watchdog thread terminated with exception: (?P<what>.{1,300})")
-_OOM = re.compile(r"CUDA out of memory\.(?: Tried to allocate (?P<size>[\d.]+ [KMGT]iB))?"
-                  r"(?:.*?\(GPU (?P<gpu>\d+))?")
-_ROOT = re.compile(r"Root Cause \(first observed failure\)")
-_KV = re.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file|traceback)\s*:\s*(?P<v>.+?)\s*$")
-_AGENT_FAILED = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<local>\d+) "
-                           r"\(pid: (?P<pid>\d+)\)")
-_SIGNAL_NAMES = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 7: "SIGBUS",
-                 2: "SIGINT"}
-_ENTRY = re.compile(r"^\s*\[(?P<n>\d+)\]:\s*$")
 _SAVE = re.compile(r"(?:saving model to|Saving model checkpoint:|Saving model checkpoint to|"
                    r"Saving checkpoint to|saved checkpoint to|Saving checkpoint:)"
                    r"\s*'?(?P<path>[^'\s]+)'?", re.I)
