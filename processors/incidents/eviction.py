@@ -81,6 +81,8 @@ def _referenced(book: Book) -> set[str]:
     out |= {i for held in book.pending.values() for i, _ in held}
     out |= {ref for _, _, _, ref, _ in book.timers}
     out |= {t.split("/", 1)[0] for seen in book.node_incidents.values() for t in seen}
+    out |= {i for held in book.drains.values() for i in held}  # a node's return is theirs
+    out |= {inc_id for _, inc_id, _, _ in book.blamed.values()}  # a node blamed for a cause
     return out
 
 

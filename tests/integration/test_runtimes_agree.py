@@ -219,7 +219,9 @@ def test_incident_commands_through_the_broker(kafka_broker: str, tmp_path: Path)
 
 def _library_stream() -> list[str]:
     """Every library scenario with default rules, one after the other, 30 days apart (far
-    beyond every window) and with ids of their own, as canonical JSON lines."""
+    beyond every window) and with ids of their own (its events' and its jobs': scenarios
+    reuse `a`, and a job id met again a month later is the same job to the detector), as
+    canonical JSON lines."""
     from tests.scenarios.library import library, load
 
     lines = []
@@ -231,6 +233,7 @@ def _library_stream() -> list[str]:
         for event in scenario.events:
             moved = event.model_copy(update={
                 "id": f"{event.id}-s{n}", "time": event.time + shift,
+                "job_id": f"{event.job_id}-s{n}" if event.job_id else event.job_id,
                 "observed_at": (event.observed_at or event.time) + shift})
             lines.append(moved.to_json())
     return lines
