@@ -267,12 +267,13 @@ def test_shipped_lines_reach_the_job_on_their_node(
     run_to_end(worker, bootstrap, app_id, [settings.topic(t) for t in ("raw", "events")])
     reader = {k: v for k, v in os.environ.items() if not k.startswith("JOBTRAIL_")}
     reader.update(PYTHONPATH=str(ROOT), JOBTRAIL_TOPOLOGY=str(topology))
-    on_gpu = _jobtrail(home, "entity", f"{NODE}/gpu3", "--project", "llm", env=reader)
+    on_gpu = _jobtrail(home, "entity", f"{NODE}/gpu3", "--project", "llm", "--json",
+                      env=reader)
     assert [(r["type"], r["entity"], r["node"], str(r["time"])[:23]) for r in on_gpu] == [
         ("node.xid", f"{NODE}/gpu3", NODE, "2026-12-06 01:05:00.250")]
     rows = _jobtrail(home, "timeline", "4242", "--project", "llm", "--json", env=reader)
     storage = [r for r in rows if r["type"] == "storage.io_error"]
-    assert [(r["relation"], r["node"], r["attempt"]) for r in storage] == [("node", NODE, 1)]
+    assert [(r["relation"], r["node"], r["attempt"]) for r in storage] == [("client", NODE, 1)]
     assert "ENOSPC" in json.dumps(storage[0]["attributes"])
     assert [(r["relation"], r["entity"]) for r in rows if r["type"] == "node.xid"] == [
         ("gpu", f"{NODE}/gpu3")]
