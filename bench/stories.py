@@ -72,9 +72,15 @@ def wiring() -> Topology:
 
 
 def run(events: list[Event], horizon: timedelta = HORIZON) -> list[IncidentEvent]:
-    pipeline = Pipeline(timedelta(seconds=30), wiring(), lateness=horizon)
+    """The incident log of `events` in their arrival order, one pipeline per cluster as the
+    runtimes hold one detector per cluster (two clusters' `node-049` are two nodes)."""
+    pipelines: dict[str, Pipeline] = {}
     log: list[IncidentEvent] = []
     for event in events:
+        pipeline = pipelines.get(event.cluster)
+        if pipeline is None:
+            pipeline = pipelines[event.cluster] = Pipeline(timedelta(seconds=30), wiring(),
+                                                           lateness=horizon)
         log.extend(pipeline.process([event]).incidents)
     return log
 

@@ -12,7 +12,9 @@ Why `Detector._observe` does nothing else for such an event, step by step: a job
 lifecycle and its progress (`recovery.track`) need a `job_id`; `node.ready` is remembered
 per node; planned work is a `change.*` or a `node.drained` (`planned.observe` changes
 nothing for any other type when no signal rule matched); a signal needs a signal rule that
-matches (`Rules.signal_rule`, the same call with the same rules); a symptom needs a job.
+matches (`Rules.signal_rule`, the same call with the same rules); a symptom needs a job, or
+a rule that reaches the job through the node (`via_node`: a kernel OOM kill logged without
+the job), so an event any symptom rule matches is not inert.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from __future__ import annotations
 from processors.incidents.rules import Rules
 from schemas.events import Event
 
-WATCHED = frozenset({"node.ready", "node.drained", "topology.link"})
+WATCHED = frozenset({"node.ready", "node.drained", "node.not_ready", "node.power",
+                     "topology.link"})
 """Types the detector reads whatever the rules say (with `change.*` and every event of a
-job): a node back in service (weighed against a later fault), a drain (planned work), the
-wiring."""
+job): a node back in service (weighed against a later fault), a drain (planned work, or an
+Xid its reason names: `reasons.named_xid`, as a not-ready's), a node's power (its window
+makes what follows a consequence), the wiring."""
 
 
 def inert(rules: Rules, event: Event) -> bool:
@@ -32,4 +36,5 @@ def inert(rules: Rules, event: Event) -> bool:
     conditions it meets."""
     return not event.job_id and event.type not in WATCHED \
         and not event.type.startswith("change.") \
-        and rules.signal_rule(event.type, event.attributes, event.message) is None
+        and rules.signal_rule(event.type, event.attributes, event.message) is None \
+        and rules.symptom_rule(event.type, event.attributes, event.message) is None

@@ -297,6 +297,8 @@ def _take(d: Detector, event: Event, rows_of: Callable[[Event], Sequence[Timelin
     """The detector observes `event`; on the fast path an inert one only moves its time on
     (`Detector.advance`: the same, without the attribution and the rules' lookups)."""
     if fast and inert(d.rules, event):
+        if event.cluster and not d.book.cluster:  # as `_observe`: the cluster decided
+            d.book.cluster = event.cluster
         return d.advance(event.time)
     return d.observe(event, rows_of(event))
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench import fleet, stories, story_gen
+from bench import fleet, stories
 from ingest.canonical import decode
 from jobtrail.learn.scenarios import DEFAULT_LATENESS
 from processors.incidents.inert import inert
@@ -115,8 +115,9 @@ def test_every_library_story_gives_the_same_log_on_both_paths(story: Path, order
 @pytest.mark.parametrize("seed", range(0, 24, 3))
 def test_generated_stories_in_every_delivery_give_the_same_log(seed: int, delivery: str
                                                                 ) -> None:
-    story = stories.generate(seed, stories.CLASSES[seed % len(stories.CLASSES)])
-    events = _with_health_checks(story_gen.deliveries(story, seed)[delivery], load_rules())
+    story = stories.of_class(seed, stories.CLASSES[seed % len(stories.CLASSES)])
+    events = _with_health_checks(stories.deliveries(story, seed, (delivery,))[delivery],
+                                 load_rules())
 
     def run() -> tuple[list[IncidentEvent], Pipeline]:
         return _through(Pipeline(timedelta(seconds=30), stories.wiring(),
