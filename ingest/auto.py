@@ -108,13 +108,13 @@ def _tool_segments(text: str) -> list[tuple[str, str]] | None:
 
 def _kubectl(text: str) -> bool:
     """kubectl's human output (get tables, describe), or a YAML object / status fragment."""
-    from ingest import kubectl_describe, kubectl_text, kubeflow_logs
+    from ingest import kubectl_describe, kubectl_states, kubectl_text, kubeflow_logs
     from ingest.kubernetes import _DESCRIBE
 
     head = text[:20000]
     if kubeflow_logs.recognise(head):
         return True
-    if _DESCRIBE.search(head) or kubectl_text.has_states(head) or kubectl_text.is_table(head) \
+    if _DESCRIBE.search(head) or kubectl_states.has_states(head) or kubectl_text.is_table(head) \
             or kubectl_describe.is_node(head):
         return _text_tool(text) is None
     if re.search(r"(?m)^[^\S\n]*(?:apiVersion|kind|phase|conditions|status):", head) is None:

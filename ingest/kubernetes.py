@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from ingest import kubectl_describe, kubectl_text, kubeflow_logs, kubernetes_status
+from ingest import kubectl_describe, kubectl_states, kubectl_text, kubeflow_logs, kubernetes_status
 from ingest import kubernetes_conditions as conditions
 from ingest.base import Adapter, Context, Reject, raw_evidence
 from ingest.canonical import ParseError, loads
@@ -165,11 +165,11 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
         out.extend(kubectl_describe.node_records(text, ctx))
     if _DESCRIBE.search(text):
         objects: list[Any] = describe_events(text, ctx)
-        out.extend(kubectl_text.container_states(text.splitlines(), ctx))
+        out.extend(kubectl_states.container_states(text.splitlines(), ctx))
     elif described:
         return out  # a describe node without its Events
     elif text.lstrip()[:1] not in ("{", "[") and (kubectl_text.is_table(text)
-                                                 or kubectl_text.has_states(text)):
+                                                 or kubectl_states.has_states(text)):
         return kubectl_text.records(text, ctx)  # kubectl's human output, not YAML
     else:
         objects = _objects(text, ctx.kind)

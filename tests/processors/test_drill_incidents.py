@@ -4,7 +4,7 @@ nobody; a real failure on the same events without the tag pages as usual."""
 
 from __future__ import annotations
 
-from processors.notify.decide import changes
+from processors.notify.changes import changes
 from schemas.events import Event
 from tests.processors.incident_kit import at, ev, incidents, nodes, run, started, step
 

@@ -127,7 +127,8 @@ def test_a_consequence_for_another_team_is_heard_by_that_team() -> None:
     from datetime import timedelta
 
     from jobtrail.learn.scenarios import LIBRARY, load, run
-    from processors.notify.decide import decide, labels
+    from processors.notify.changes import labels
+    from processors.notify.decide import decide
     from processors.notify.model import Matcher, Subscription
 
     scenario = load(LIBRARY / "consequences-get-their-own-owners.yaml")
