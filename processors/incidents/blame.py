@@ -62,6 +62,28 @@ def reaching(ctx: Context, key: AttemptKey, time: datetime, on: str) -> list[Sig
     return [Signal(signal.event, rule, signal.key, {key: ("node", on)})]
 
 
+def recurring(ctx: Context, signal: Signal) -> bool:
+    """Whether `signal` is the blamed fault again (its class, on the same part: the GPU, not
+    only the node) reaching a later attempt of a job it failed: a crash loop on one bad GPU
+    (each rerun fails on it, more than the group window apart) is one incident, however
+    many attempts it takes. Another job failing of it is a recurrence (its own incident, a
+    severity higher: `severity`)."""
+    if not signal.key.startswith("node:") or not signal.event.entity:
+        return False
+    held = ctx.book.blamed.get(signal.key[len("node:"):])
+    if held is None:
+        return False
+    cause, _, at, attempts = held
+    if cause.rule.klass != signal.rule.klass or cause.event.entity != signal.event.entity \
+            or not timedelta(0) <= signal.event.time - at <= timedelta(
+                seconds=ctx.rules.blame_window_s):
+        return False
+    failed = {tuple(a.rsplit("/", 2)) for a in attempts}
+    return any((project, job, str(n)) not in failed
+               and any(p == project and j == job and int(m) < n for p, j, m in failed)
+               for project, job, n in signal.reached)
+
+
 def incident(ctx: Context, signal: Signal, time: datetime) -> str | None:
     """The incident that blamed the node, active again (reopened when it was resolved)."""
     book = ctx.book

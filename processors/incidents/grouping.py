@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from processors.incidents import (
     actions,
+    blame,
     cause,
     changes,
     correlate,
@@ -87,6 +88,8 @@ def on_signal(ctx: Context, event: Event, rule: SignalRule, rows: Sequence[Timel
             book.open[key] = old.id
             book.resolved.pop(key, None)
             open_id = old.id
+    if open_id is None and blame.recurring(ctx, signal):
+        open_id = blame.incident(ctx, signal, event.time)  # the same GPU failing the rerun
     parent = consequence_of(ctx, event, rule, signal) if open_id is None else None
     if parent is not None:
         book.emit(parent, ev.SignalAdded(event_id=event.id, rule=rule.name,
