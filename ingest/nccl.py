@@ -50,6 +50,10 @@ _GLOBAL_RANK = re.compile(r"\[rank(\d{1,7})\]:")
 _IB_DEVICE = re.compile(r"\b(?P<ibdev>mlx5_\d+)(?::(?P<port>\d+))?")
 _MEGATRON_LOAD = re.compile(r"successfully loaded checkpoint from (?P<path>\S++).{0,400}?at "
                             r"iteration (?P<step>\d+)", re.I)
+_MEGATRON_LOADING = re.compile(r"(?<!successfully )\bloading checkpoint from (?P<path>\S++) at "
+                               r"iteration (?P<step>\d+)", re.I)
+"""Megatron-LM's start of a load (`loading checkpoint from <dir> at iteration N`): not a
+restore until `successfully loaded`; an exception before then is the load's failure."""
 _NCCL_ERR = re.compile(r"(?P<err>nccl(?:System|Internal|Remote|Unhandled(?:Cuda)?)Error)|"
                        r"NCCL watchdog thread terminated with exception: (?P<what>.{1,300})")
 # PyTorch <= 2.0: `Tried to allocate 20.00 MiB (GPU 0; 79.15 GiB total capacity; ...`; 2.1:
@@ -273,6 +277,9 @@ def parse(text: str, ctx: Context) -> list[dict[str, Any] | Reject]:
             sink.emit(line, "job.oom", attrs, severity="error")
         elif (saving := checkpoint_text.save_line(line)) is not None:
             _save(sink, saves, line, saving, i - 1, async_steps)
+        elif loading := _MEGATRON_LOADING.search(line):
+            checkpoint_text.loaded(saves, int(loading.group("step")),
+                                   loading.group("path").rstrip(".,"))
         elif (match := _MEGATRON_LOAD.search(line)) or (match := _LOAD.search(line)):
             megatron = match.re is _MEGATRON_LOAD
             path = match.group("path").rstrip(".,")

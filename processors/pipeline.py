@@ -41,7 +41,7 @@ from processors.timeline import (
     rows_for,
 )
 from processors.topology import Topology
-from schemas.events import Event
+from schemas.events import Event, Scope
 
 JOB_RETENTION = timedelta(hours=24)
 MAX_WAITING = 100_000
@@ -272,10 +272,31 @@ class Pipeline:
         return event.model_copy(update={"entity": f"{event.node}/gpu{index}",
                                         "attributes": {**event.attributes, "gpu": str(index)}})
 
-    def named(self, event: Event) -> Event:
-        """The event as the folds see it: a GPU named from its PCI address (`gpu_named`), a
-        start on a whole-node partition with the topology's GPU count (`gpus.whole_nodes`)."""
+    def entity_named(self, event: Event) -> Event:
+        """The event's entity as the topology names it, so one thing has one name whatever
+        source spoke of it: a GPU from its PCI address (`gpu_named`), a Lustre client's
+        `scratch-OST0012` as the target `OST0012` of the filesystem the topology calls
+        `lustre-scratch`, an HCA port `node-019/mlx5_0/1` as the NIC `node-019/mlx5_0` (the
+        spelling read stays in the attributes: `fsname`, `port`)."""
         event = self.gpu_named(event)
+        attrs = event.attributes
+        if event.scope == Scope.target and isinstance(target := attrs.get("target"), str) \
+                and target and event.entity != target:
+            fs = self.topology.target_named(target, str(attrs.get("fsname") or ""))
+            if fs is not None:
+                return event.model_copy(update={"entity": target, "attributes": {
+                    **attrs, "filesystem": attrs.get("filesystem") or fs}})
+        if event.scope == Scope.nic and event.node and event.entity:
+            nic = self.topology.nic_named(event.node, event.entity)
+            if nic is not None:
+                return event.model_copy(update={"entity": nic})
+        return event
+
+    def named(self, event: Event) -> Event:
+        """The event as the folds see it: its entity as the topology names it
+        (`entity_named`), a start on a whole-node partition with the topology's GPU count
+        (`gpus.whole_nodes`)."""
+        event = self.entity_named(event)
         if event.type != "job.started":
             return event
         job = self.jobs.get((event.project, event.job_id or ""))

@@ -37,6 +37,7 @@ class Topology:
         self._uplinks: dict[str, set[str]] = defaultdict(set)
         self._downlinks: dict[str, set[str]] = defaultdict(set)
         self._target_fs: dict[str, str] = {}
+        self._filesystems_of: dict[str, set[str]] = defaultdict(set)
         self._applied: set[str] = set()
         self.origin = ""
         """A digest of the topology file this was built from ('' for none)."""
@@ -70,6 +71,7 @@ class Topology:
             for target in fs_spec.targets:
                 topology._target_fs[target] = fs
                 topology._target_fs[f"{fs}-{target}"] = fs
+                topology._filesystems_of[target].add(fs)
         return topology
 
     def link(self, node: str, nic: str, switch: str, port: str, time: datetime) -> None:
@@ -136,6 +138,26 @@ class Topology:
 
     def filesystem_of_target(self, target: str) -> str | None:
         return self._target_fs.get(target)
+
+    def target_named(self, target: str, fsname: str) -> str | None:
+        """The filesystem of `target` when a Lustre line spells it `<fsname>-<target>`
+        (`scratch-OST0012`) and the topology names the filesystem otherwise (`lustre-scratch`
+        with target `OST0012`): the one filesystem holding `target` whose name is `fsname`,
+        or has it as a dash-separated part; None when none or several do."""
+        if not fsname:
+            return None
+        found = [fs for fs in self._filesystems_of.get(target, ()) if fs == fsname
+                 or fsname in fs.split("-")]
+        return found[0] if len(found) == 1 else None
+
+    def nic_named(self, node: str, entity: str) -> str | None:
+        """A NIC port spelt `<node>/<nic>/<port>` (`node-019/mlx5_0/1`, ibstat's HCA port) as
+        the topology names the NIC (`node-019/mlx5_0`), when it knows that NIC; else None."""
+        head, _, port = entity.rpartition("/")
+        name, _, nic = head.partition("/")
+        if name != node or not port.isdigit() or nic not in self._nics_of.get(node, ()):
+            return None
+        return head
 
     def gpu_of(self, node: str, pci: str) -> int | None:
         """The GPU index at PCI address `pci` on `node`, from the topology's GPU table."""

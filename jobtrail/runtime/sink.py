@@ -31,7 +31,10 @@ from jobtrail.telemetry import emit
 from processors.incidents.model import Command, IncidentEvent
 from processors.pipeline import Outputs, Pipeline
 from schemas.dead_letters import DeadLetter
-from schemas.events import Event
+from schemas.events import Event, Scope
+
+_RENAMED = frozenset({Scope.target, Scope.nic})
+"""Scopes whose entity the topology may name otherwise than the source spelt it."""
 
 log = logging.getLogger("jobtrail.incidents")
 
@@ -296,14 +299,15 @@ class Sink:
     def _gpu_named(self, events: Sequence[Event], raw: dict[str, bytes] | None,
                    ) -> tuple[list[Event], dict[str, bytes] | None]:
         """GPU events that give only a PCI address (a kernel Xid), named by the topology's
-        GPU table before they are compared and stored, so `jobtrail entity node-041/gpu3`
+        GPU table before they are compared and stored (and storage targets and NIC ports,
+        `Pipeline.entity_named`), so `jobtrail entity node-041/gpu3`
         finds them and a re-send is named the same way (the address and the line stay in
         their attributes). A renamed event's received JSON is not what is stored."""
         out: list[Event] = []
         kept = dict(raw) if raw is not None else None
         for event in events:
-            named = self.pipeline_of(event.cluster).gpu_named(event) \
-                if event.attributes.get("pci") else event
+            named = self.pipeline_of(event.cluster).entity_named(event) \
+                if event.attributes.get("pci") or event.scope in _RENAMED else event
             if named is not event and kept is not None:
                 kept.pop(event.id, None)
             out.append(named)

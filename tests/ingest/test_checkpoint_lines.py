@@ -115,3 +115,31 @@ def test_lightning_says_only_that_it_is_saving() -> None:
     line = ("2026-11-30T08:40:20Z Epoch 0, global step 2000: 'val_loss' reached 2.80 (best 2.80)"
             ", saving model to '/ckpt/step-2000.ckpt' as top 1\n")
     assert _checkpoints(line) == [("checkpoint.started", 2000, "2026-11-30T08:40:20+00:00")]
+
+
+MEGATRON_FALLBACK = """\
+[2024-05-02 10:00:01] loading checkpoint from /ckpt/gpt/run-7 at iteration 2000
+[2024-05-02 10:00:06] RuntimeError: PytorchStreamReader failed reading zip archive: failed \
+finding central directory
+[2024-05-02 10:00:31] loading checkpoint from /ckpt/gpt/run-7 at iteration 1500
+[2024-05-02 10:00:36] successfully loaded checkpoint from /ckpt/gpt/run-7 [ t 0, p 0 ] at \
+iteration 1500
+[2024-05-02 10:01:06]  iteration     1510/  500000 | consumed samples: 773120 | lm loss: \
+2.345678E+00 |
+"""
+
+
+def test_megatrons_load_that_an_error_ends_is_a_failed_restore_and_the_next_one_loads() -> None:
+    """Megatron-LM logs `loading checkpoint from <dir> at iteration N` when a load begins
+    (megatron/checkpointing.py) and `successfully loaded ...` when it is done: the begun
+    load of 2000 that a truncated shard ended is a failed restore (step, path, the error,
+    at the error's time), not a restore; the fallback to 1500 is the one restore."""
+    events = _events(MEGATRON_FALLBACK)
+    marks = [(e.type, e.attributes.get("step"), e.attributes.get("operation"),
+              e.time.isoformat()) for e in events if e.type.startswith("checkpoint.")]
+    assert marks == [("checkpoint.failed", 2000, "restore", "2024-05-02T10:00:06+00:00"),
+                     ("checkpoint.restored", 1500, None, "2024-05-02T10:00:36+00:00")]
+    failed = next(e for e in events if e.type == "checkpoint.failed")
+    assert failed.attributes["path"] == "/ckpt/gpt/run-7"
+    assert "PytorchStreamReader" in failed.attributes["reason"]
+    assert [e.attributes["step"] for e in events if e.type == "job.step"] == [1510]

@@ -148,3 +148,42 @@ def test_queue_events_reach_waiting_and_running_attempts_of_that_queue() -> None
                            source=Source.operator)])
     assert summary(out.timeline) == [("w", "change", "gpu-large → w"),
                                      ("w", "queue", "gpu-large → w")]
+
+
+def test_a_lustre_clients_target_and_an_hca_port_take_the_topologys_names() -> None:
+    """One thing, one name, whatever source spoke of it: a Lustre client's `scratch-OST0012`
+    is the target OST0012 of the topology's `lustre-scratch` (its incident is OST0012's, its
+    jobs reached through the mount), and ibstat's HCA port
+    `node-003/mlx5_0/1` is the NIC `node-003/mlx5_0` the topology cables to leaf-01. The
+    spelling read stays in the attributes; names the topology does not know are kept."""
+    p = Pipeline(topology=topo())
+    three_jobs(p)
+    client = infra("c1", "storage.io_error", 5, Scope.target, "scratch-OST0012", "node-002",
+                   Source.storage, target="OST0012", fsname="scratch", error="EIO")
+    named = p.entity_named(client)
+    assert (named.entity, named.attributes["filesystem"], named.attributes["fsname"]) == (
+        "OST0012", "lustre-scratch", "scratch")
+    out = p.process([client])
+    assert sorted((r.job_id, r.relation, r.entity) for r in out.timeline) == [
+        ("a", "client", "OST0012"), ("c", "target", "OST0012")]
+    opened = [e.data for e in out.incidents if e.kind == "opened"]
+    assert [(d["entity"], d["key"]) for d in opened] == [("OST0012", "storage:lustre-scratch")]
+    unknown = infra("c2", "storage.io_error", 5, Scope.target, "work-OST0012", "node-002",
+                    Source.storage, target="OST0012", fsname="work", error="EIO")
+    assert p.entity_named(unknown).entity == "work-OST0012"  # another filesystem's OST0012
+    port = infra("n1", "network.port_down", 6, Scope.nic, "node-003/mlx5_0/1", "node-003",
+                 port="mlx5_0/1")
+    assert (p.entity_named(port).entity, p.entity_named(port).attributes["port"]) == (
+        "node-003/mlx5_0", "mlx5_0/1")
+    other = infra("n2", "network.port_down", 6, Scope.nic, "node-003/ib7/1", "node-003")
+    assert p.entity_named(other).entity == "node-003/ib7/1"
+
+
+def test_a_target_two_filesystems_hold_keeps_the_name_it_was_given() -> None:
+    spec = fat_tree(16)
+    spec["filesystems"] = {"lustre-scratch": {"kind": "lustre", "targets": ["OST0001"]},
+                           "scratch-b": {"kind": "lustre", "targets": ["OST0001"]}}
+    p = Pipeline(topology=Topology.from_file(TopologyFile.model_validate(spec)))
+    event = infra("c1", "storage.io_error", 5, Scope.target, "scratch-OST0001", "node-002",
+                  Source.storage, target="OST0001", fsname="scratch")
+    assert p.entity_named(event).entity == "scratch-OST0001"  # ambiguous: as read
