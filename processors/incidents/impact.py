@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from processors import gpu_time
 from processors.gpu_time import Run
-from processors.incidents import offenders, severity
+from processors.incidents import continuation, offenders, severity
 from processors.incidents.book import AttemptKey, Progress, akey, jobref
 from schemas import incident_events as ev
 from schemas.events import Event
@@ -144,22 +144,29 @@ def preempted(ctx: Context, inc_id: str, failed: AttemptKey) -> bool:
 def runs(ctx: Context, job: tuple[str, str], inc_id: str, failed: AttemptKey) -> list[Run]:
     """The job's attempts as its GPU line needs them (`processors/gpu_time.py`): started,
     ended, failed (the first symptom), first step, checkpoints written and restored,
-    requeued or preempted, the scheduler's pending reasons."""
+    requeued or preempted, the scheduler's pending reasons. The jobs that continue it
+    (resubmitted under a new id: `continuation`) follow on the same line, their attempts
+    numbered after the job's own (whose numbers stay the attempts')."""
     book = ctx.book
-    record = book.jobs.get(job)
-    attempts = dict(record.attempts) if record else {}
-    marks = tuple(sorted({m for a in attempts.values() for m in a.pending}))
+    lineage = []  # (track number, attempt key, attempt): the job's, then its continuations'
+    offset = 0
+    for member in (job, *continuation.descendants(book, job)):
+        record = book.jobs.get(member)
+        numbers = sorted(record.attempts) if record else []
+        lineage += [(offset + n, (member[0], member[1], n), record.attempts[n])
+                    for n in numbers if record]
+        offset += max(numbers, default=0)
+    marks = tuple(sorted({m for _, _, a in lineage for m in a.pending}))
     out = []
-    for number, attempt in sorted(attempts.items()):
+    for number, key, attempt in lineage:
         if attempt.started_at is None:
             continue
-        key = (job[0], job[1], number)
         progress = book.progress.get(key, Progress())
         held = book.incidents[inc_id].jobs.get(akey(key)) if key == failed else None
         failed_at = held.failed_at if held is not None and held.failed_at else \
             progress.failed_at
         if failed_at is None and attempt.outcome in _FAILED and attempt.ended_at is not None \
-                and any(n > number for n in attempts):
+                and any(n > number for n, _, _ in lineage):
             failed_at = attempt.ended_at
         out.append(Run(
             attempt=number, gpus=attempt.gpus or len(attempt.gpu_ids),
