@@ -63,7 +63,10 @@ def link(book: Book, event: Event, key: AttemptKey) -> JobKey | None:
     if found is None or found[0] == key[1]:
         return None
     new, old = (key[0], key[1]), (key[0], found[0])
-    if new in book.continued or new in ancestors(book, old):
+    later = [j for j in descendants(book, old) if j != new]
+    if later:  # the saver was resubmitted already: the new job continues the latest one
+        old = later[-1]
+    if new in book.continued or new == old or new in ancestors(book, old):
         return None  # linked already (its first restore), or a cycle
     book.continued[new] = old
     return old

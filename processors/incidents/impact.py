@@ -144,18 +144,10 @@ def preempted(ctx: Context, inc_id: str, failed: AttemptKey) -> bool:
 def runs(ctx: Context, job: tuple[str, str], inc_id: str, failed: AttemptKey) -> list[Run]:
     """The job's attempts as its GPU line needs them (`processors/gpu_time.py`): started,
     ended, failed (the first symptom), first step, checkpoints written and restored,
-    requeued or preempted, the scheduler's pending reasons. The jobs that continue it
-    (resubmitted under a new id: `continuation`) follow on the same line, their attempts
-    numbered after the job's own (whose numbers stay the attempts')."""
+    requeued or preempted, the scheduler's pending reasons. A job resubmitted under a new
+    id is on the line of the job it continues (`line_of`)."""
     book = ctx.book
-    lineage = []  # (track number, attempt key, attempt): the job's, then its continuations'
-    offset = 0
-    for member in (job, *continuation.descendants(book, job)):
-        record = book.jobs.get(member)
-        numbers = sorted(record.attempts) if record else []
-        lineage += [(offset + n, (member[0], member[1], n), record.attempts[n])
-                    for n in numbers if record]
-        offset += max(numbers, default=0)
+    lineage = line_of(ctx, job)
     marks = tuple(sorted({m for _, _, a in lineage for m in a.pending}))
     out = []
     for number, key, attempt in lineage:
@@ -185,6 +177,34 @@ def runs(ctx: Context, job: tuple[str, str], inc_id: str, failed: AttemptKey) ->
 _FAILED = frozenset({"failed", "timeout", "preempted", "requeued"})
 
 
+def line_of(ctx: Context, job: tuple[str, str]) -> list[tuple[int, AttemptKey, Attempt]]:
+    """(track, attempt key, attempt) of every attempt on the job's GPU line: the first job
+    of its lineage (the job it continues, resubmitted under a new id: `continuation`), then
+    the jobs continuing that one, each job's attempts numbered after the previous job's.
+    A job nobody continued and that continues none: its attempts under their own numbers."""
+    book = ctx.book
+    chain = continuation.ancestors(book, job)
+    first = chain[-1] if chain else job
+    out: list[tuple[int, AttemptKey, Attempt]] = []
+    offset = 0
+    for member in (first, *continuation.descendants(book, first)):
+        record = book.jobs.get(member)
+        if record is None:
+            continue
+        out += [(offset + n, (member[0], member[1], n), a)
+                for n, a in sorted(record.attempts.items())]
+        offset += max(record.attempts, default=0)
+    return out
+
+
+def track(ctx: Context, failed: AttemptKey) -> int:
+    """The failed attempt's track on its job's GPU line (`line_of`)."""
+    if not ctx.book.continued:
+        return failed[2]
+    return next((n for n, key, _ in line_of(ctx, (failed[0], failed[1])) if key == failed),
+                failed[2])
+
+
 def assess(ctx: Context, inc_id: str, failed: AttemptKey, gpus: int, now: datetime,
            final: bool) -> None:
     """The loss of a failed attempt, GPU time counted once over the job's line of GPU
@@ -212,10 +232,11 @@ def assess(ctx: Context, inc_id: str, failed: AttemptKey, gpus: int, now: dateti
     book = ctx.book
     job = book.incidents[inc_id].jobs[akey(failed)]
     failed_at = job.failed_at or now
+    number = track(ctx, failed)
     line = gpu_time.charges(runs(ctx, (failed[0], failed[1]), inc_id, failed), now,
-                            queued).get(failed[2], gpu_time.Charge())
+                            queued).get(number, gpu_time.Charge())
     thrown = [iv for iv in line.intervals if iv.kind == "thrown_away"
-              and iv.track == failed[2]]
+              and iv.track == number]
     start = min((iv.start for iv in thrown), default=failed_at)
     reached_at = job.failure_step_at or failed_at
     setback_s = max(0.0, (now - reached_at).total_seconds()) if final else 0.0
