@@ -106,9 +106,7 @@ def restored(ctx: Context, event: Event, key: AttemptKey, step: int) -> None:
     for inc_id, failed in _pending(ctx, key):
         other = None if _same(failed, key) else key[1]
         payload = ev.RecoveryObserved(job=jobref(failed), stage="restored", restored_step=step,
-                                      by_attempt=key[2]) if other is None else \
-            ev.RecoveryObserved(job=jobref(failed), stage="restored", restored_step=step,
-                                by_attempt=key[2], restarted_job=other)
+                                      by_attempt=key[2])
         ctx.book.emit(inc_id, payload, event.time, "recovery",
                       f"restored:{akey(failed)}:{_by(failed, key)}")
         ctx.book.evidence(inc_id, event, "recovery", "restored from checkpoint" if other is None
