@@ -121,7 +121,9 @@ class SlurmCollector:
             if nodes:
                 cursor.job_nodes[job_id] = nodes
             code, signal = wait_status(job.get("exit_code"))
-            if state == "RUNNING":
+            if state == "RUNNING":  # a record read the instant the job started may not
+                # name its GPU ids yet: what an earlier poll named is kept
+                gpu_ids = gpu_ids or (cursor.alloc.get(job_id) or {}).get("gpu_ids") or []
                 cursor.alloc[job_id] = {"gpus": gpus, "gpu_ids": gpu_ids,
                                         "account": cursor.accounts[job_id]}
             shaped = {**job, "exit_code": {"return_code": code}}
@@ -222,7 +224,12 @@ class SlurmCollector:
         holds every attempt's start, even one that began and was requeued between polls)."""
         cursor.job_nodes[job] = nodes
         attempt = cursor.requeues.get(job, 0) + 1
-        known = cursor.alloc.get(job) or self._details(job, at)
+        known = cursor.alloc.get(job) or {}
+        if known.get("gpus") is None or not known.get("gpu_ids"):
+            # squeue saw no allocation, or not its GPU ids yet (read the instant the job
+            # started, on a loaded controller): ask the controller for this job
+            details = self._details(job, at)
+            known = {**details, **{k: v for k, v in known.items() if v}}
         project = self.project or cursor.accounts.get(job) or str(known.get("account") or "")
         if not project:
             return Reject("project", f"start of job {job}: its account is unknown "
@@ -250,7 +257,7 @@ class SlurmCollector:
         if text:
             account = re.search(r"\bAccount=(\S+)", text)
             gpus = re.search(r"\bTRES=\S*gres/gpu(?::[\w-]+)?=(\d+)", text)
-            ids = [f"gpu:{g}" for g in re.findall(r"GRES=\S*?\(IDX:([\d,-]+)\)", text)]
+            ids = re.findall(r"GRES=\S*?\((IDX:[\d,-]+)\)", text)
             found = {"account": account.group(1) if account and account.group(1) != "(null)"
                      else "", "gpus": int(gpus.group(1)) if gpus else None,
                      "gpu_ids": _gres({"gres_detail": ids})[1]}

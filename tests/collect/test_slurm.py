@@ -202,3 +202,39 @@ def test_a_start_the_controller_no_longer_holds_takes_its_gpus_from_sacct(
     [started] = [e for e in sink.events if e.type == "job.started"]
     assert (started.job_id, started.project, started.attributes["gpus"]) == ("5", "root", 2)
     assert ["sacct", "--json", "-j", "5"] in asked
+
+
+def test_a_start_read_before_squeue_names_its_gpu_ids_asks_the_controller(
+        tmp_path: Path) -> None:
+    """squeue read the instant job 4 started (a loaded controller, CI): RUNNING with its
+    gres/gpu=2 but no `gres_detail` yet. The start keeps the GPU ids scontrol -d names
+    (`GRES=gpu:2(IDX:0-1)`), not an empty list; sabotage: without the controller's answer the
+    ids are empty and this fails."""
+    import json
+    record = json.loads((FIXTURES / "squeue.json").read_text())
+    job = next(j for j in record["jobs"] if j["job_id"] == 4)
+    job = {**job, "gres_detail": []}
+    log = tmp_path / "slurmctld.log"
+    log.write_text("[2026-12-06T01:05:58.120] sched: Allocate JobId=4 NodeList=n1 #CPUs=1 "
+                   "Partition=gpu\n")
+    asked: list[list[str]] = []
+
+    def run(argv: list[str]) -> str:
+        asked.append(argv)
+        if argv[:2] == ["squeue", "--json"]:
+            return json.dumps({"jobs": [job]})
+        if argv[:3] == ["scontrol", "show", "config"]:
+            return "ClusterName             = dev\n"
+        if argv[:3] == ["scontrol", "show", "job"]:
+            return ("JobId=4 JobName=x\n   Account=root QOS=normal\n"
+                    "   TRES=cpu=1,node=1,billing=1,gres/gpu=2\n"
+                    "     Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0-1)\n")
+        raise AssertionError(argv)
+
+    sink = Recorder()
+    SlurmCollector(sink, tmp_path / "cursor.json", log_path=log,
+                   tool=run).step()  # type: ignore[arg-type]
+    [started] = [e for e in sink.events if e.type == "job.started"]
+    assert (started.job_id, started.attributes["gpus"]) == ("4", 2)
+    assert started.attributes["gpu_ids"] == ["0", "1"]
+    assert ["scontrol", "show", "job", "-d", "4"] in asked

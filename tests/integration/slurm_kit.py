@@ -68,6 +68,34 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+@pytest.fixture
+def idle_cluster(slurm: Path) -> Iterator[Path]:
+    """Each test starts on an idle cluster and leaves one, whether it passed or not: a failed
+    test's jobs (a `sleep 300` on n3, say) would otherwise hold the GPUs the next test asks
+    for, and fail it too. Bounded: 60 s for the controller to forget nothing running."""
+    _settle()
+    yield slurm
+    _settle()
+
+
+def _settle() -> None:
+    subprocess.run(["scancel", "--user", "root"], capture_output=True, timeout=60, check=False)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = subprocess.run(["squeue", "-h", "-o", "%T"], capture_output=True, text=True,
+                                timeout=60, check=False).stdout.split()
+        if not states:
+            break
+        time.sleep(0.5)
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True,
+                           text=True, timeout=60, check=False).stdout.split("\n")
+    for line in nodes:
+        name, _, state = line.partition(" ")
+        if name and state.strip() not in ("idle", "mix", "alloc"):
+            subprocess.run(["scontrol", "update", f"nodename={name}", "state=resume"],
+                           capture_output=True, timeout=60, check=False)
+
+
 def sh(*argv: str) -> str:
     done = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False)
     if done.returncode != 0:

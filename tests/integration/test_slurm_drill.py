@@ -28,10 +28,10 @@ from jobtrail.runtime.sink import Sink
 from jobtrail.store import Store
 from processors.pipeline import Pipeline
 from processors.topology import Topology
-from tests.integration.slurm_kit import SLURMCTLD_LOG, sh, slurm
+from tests.integration.slurm_kit import SLURMCTLD_LOG, idle_cluster, sh, slurm
 
-__all__ = ["slurm"]
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+__all__ = ["idle_cluster", "slurm"]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("idle_cluster")]
 TIMED = "incident within 10 s of the first symptom received"
 
 

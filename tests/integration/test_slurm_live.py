@@ -27,6 +27,7 @@ from tests.integration.slurm_kit import (
     SLURMCTLD_LOG,
     attempts_in_sacct,
     collector,
+    idle_cluster,
     job,
     sbatch,
     sh,
@@ -34,8 +35,8 @@ from tests.integration.slurm_kit import (
     wait_until,
 )
 
-__all__ = ["slurm"]
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+__all__ = ["idle_cluster", "slurm"]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("idle_cluster")]
 PROJECT = "root"  # the Slurm account of the submitting user
 
 
@@ -219,11 +220,16 @@ def test_sigkill_and_restart_lose_and_double_nothing(slurm: Path, tmp_path: Path
 
 def _sacct_task(array: str, task: int) -> dict[str, Any]:
     """sacct's record of one array task (its own job id; `array.job_id`, `array.task_id`)."""
-    records = json.loads(sh("sacct", "--json", "-j", array))["jobs"]
-    found = [r for r in records if r["array"]["job_id"] == int(array)
-             and r["array"]["task_id"] == task]
-    assert len(found) == 1, records
-    return found[0]  # type: ignore[no-any-return]
+    def found() -> list[dict[str, Any]]:
+        records = json.loads(sh("sacct", "--json", "-j", array))["jobs"]
+        return [r for r in records if r["array"]["job_id"] == int(array)
+                and r["array"]["task_id"] == task and r["time"]["end"]]
+
+    # slurmctld hands accounting to slurmdbd asynchronously: the task's ended record can
+    # land after squeue showed it done (a loaded machine); bounded
+    [record] = wait_until(f"sacct's ended record of {array}_{task}", found, 60, explain=lambda: [
+        (r["array"], r["time"]) for r in json.loads(sh("sacct", "--json", "-j", array))["jobs"]])
+    return record
 
 
 def test_array_tasks_get_their_start_and_nodes(slurm: Path, store: Store,
