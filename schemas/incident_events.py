@@ -243,6 +243,9 @@ class RecoveryObserved(Payload):
     job: JobRef
     stage: str
     restarted_attempt: int | None = None
+    restarted_job: str | None = None
+    """The job the restart ran under when it is not the failed one's: resubmitted under a
+    new id, it restored the failed job's checkpoint (`processors/incidents/continuation`)."""
     restarted_at: datetime | None = None
     duplicate_run: bool | None = None
     restored_step: int | None = None

@@ -26,6 +26,8 @@ class JobImpact:
     last_checkpoint_at: datetime | None = None
     degraded_since: datetime | None = None
     restarted_attempt: int | None = None
+    restarted_job: str | None = None
+    """The job `restarted_attempt` is of when not this one (resubmitted under a new id)."""
     restarted_at: datetime | None = None
     restored_step: int | None = None
     resumed_at: datetime | None = None

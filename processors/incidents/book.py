@@ -184,6 +184,12 @@ class Book:
     at every lateness checkpoint)"""
     progress: dict[AttemptKey, Progress] = field(default_factory=dict)
     pending: dict[tuple[str, str], list[tuple[str, AttemptKey]]] = field(default_factory=dict)
+    saved_paths: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    """(project, checkpoint root) -> (job, attempt) that last saved a checkpoint there
+    (`continuation`)"""
+    continued: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    """(project, job) -> the (project, job) it continues: resubmitted under a new id, it
+    restored that job's checkpoint (`continuation`)"""
     timers: list[tuple[datetime, int, str, str, AttemptKey]] = field(default_factory=list)
     timer_seq: int = 0
     node_incidents: dict[str, dict[str, datetime]] = field(default_factory=dict)
@@ -361,6 +367,9 @@ class Book:
                 if impact.verified_at is None and inc.active and impact.role == "failed":
                     self.pending.setdefault((impact.project, impact.job_id), []).append(
                         (inc.id, key))
+                if impact.restarted_job and impact.restarted_job != impact.job_id:
+                    self.continued.setdefault((impact.project, impact.restarted_job),
+                                              (impact.project, impact.job_id))
             node = node_of(inc.cause_entity) if node_grouped(inc.cause_class) else ""
             if node and inc.opened_at:
                 self.node_incidents.setdefault(node, {})[inc.id] = inc.opened_at

@@ -32,6 +32,7 @@ from processors.incidents import (
     blame,
     cause,
     changes,
+    continuation,
     ends,
     grouping,
     impact,
@@ -202,6 +203,7 @@ class Detector:
             del book.progress[attempt]
         for attempt in [a for a in book.by_attempt if (a[0], a[1]) in gone]:
             del book.by_attempt[attempt]
+        continuation.forget(book, gone)
         for counted in [c for c in book.symptom_counts if (c[0][0], c[0][1]) in gone]:
             del book.symptom_counts[counted]
         return len(gone)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from processors import gpu_time
 from processors.gpu_time import Run
-from processors.incidents import offenders, severity
+from processors.incidents import continuation, offenders, severity
 from processors.incidents.book import AttemptKey, Progress, akey, jobref
 from schemas import incident_events as ev
 from schemas.events import Event
@@ -144,22 +144,21 @@ def preempted(ctx: Context, inc_id: str, failed: AttemptKey) -> bool:
 def runs(ctx: Context, job: tuple[str, str], inc_id: str, failed: AttemptKey) -> list[Run]:
     """The job's attempts as its GPU line needs them (`processors/gpu_time.py`): started,
     ended, failed (the first symptom), first step, checkpoints written and restored,
-    requeued or preempted, the scheduler's pending reasons."""
+    requeued or preempted, the scheduler's pending reasons. A job resubmitted under a new
+    id is on the line of the job it continues (`line_of`)."""
     book = ctx.book
-    record = book.jobs.get(job)
-    attempts = dict(record.attempts) if record else {}
-    marks = tuple(sorted({m for a in attempts.values() for m in a.pending}))
+    lineage = line_of(ctx, job)
+    marks = tuple(sorted({m for _, _, a in lineage for m in a.pending}))
     out = []
-    for number, attempt in sorted(attempts.items()):
+    for number, key, attempt in lineage:
         if attempt.started_at is None:
             continue
-        key = (job[0], job[1], number)
         progress = book.progress.get(key, Progress())
         held = book.incidents[inc_id].jobs.get(akey(key)) if key == failed else None
         failed_at = held.failed_at if held is not None and held.failed_at else \
             progress.failed_at
         if failed_at is None and attempt.outcome in _FAILED and attempt.ended_at is not None \
-                and any(n > number for n in attempts):
+                and any(n > number for n, _, _ in lineage):
             failed_at = attempt.ended_at
         out.append(Run(
             attempt=number, gpus=attempt.gpus or len(attempt.gpu_ids),
@@ -176,6 +175,34 @@ def runs(ctx: Context, job: tuple[str, str], inc_id: str, failed: AttemptKey) ->
 
 
 _FAILED = frozenset({"failed", "timeout", "preempted", "requeued"})
+
+
+def line_of(ctx: Context, job: tuple[str, str]) -> list[tuple[int, AttemptKey, Attempt]]:
+    """(track, attempt key, attempt) of every attempt on the job's GPU line: the first job
+    of its lineage (the job it continues, resubmitted under a new id: `continuation`), then
+    the jobs continuing that one, each job's attempts numbered after the previous job's.
+    A job nobody continued and that continues none: its attempts under their own numbers."""
+    book = ctx.book
+    chain = continuation.ancestors(book, job)
+    first = chain[-1] if chain else job
+    out: list[tuple[int, AttemptKey, Attempt]] = []
+    offset = 0
+    for member in (first, *continuation.descendants(book, first)):
+        record = book.jobs.get(member)
+        if record is None:
+            continue
+        out += [(offset + n, (member[0], member[1], n), a)
+                for n, a in sorted(record.attempts.items())]
+        offset += max(record.attempts, default=0)
+    return out
+
+
+def track(ctx: Context, failed: AttemptKey) -> int:
+    """The failed attempt's track on its job's GPU line (`line_of`)."""
+    if not ctx.book.continued:
+        return failed[2]
+    return next((n for n, key, _ in line_of(ctx, (failed[0], failed[1])) if key == failed),
+                failed[2])
 
 
 def assess(ctx: Context, inc_id: str, failed: AttemptKey, gpus: int, now: datetime,
@@ -205,10 +232,11 @@ def assess(ctx: Context, inc_id: str, failed: AttemptKey, gpus: int, now: dateti
     book = ctx.book
     job = book.incidents[inc_id].jobs[akey(failed)]
     failed_at = job.failed_at or now
+    number = track(ctx, failed)
     line = gpu_time.charges(runs(ctx, (failed[0], failed[1]), inc_id, failed), now,
-                            queued).get(failed[2], gpu_time.Charge())
+                            queued).get(number, gpu_time.Charge())
     thrown = [iv for iv in line.intervals if iv.kind == "thrown_away"
-              and iv.track == failed[2]]
+              and iv.track == number]
     start = min((iv.start for iv in thrown), default=failed_at)
     reached_at = job.failure_step_at or failed_at
     setback_s = max(0.0, (now - reached_at).total_seconds()) if final else 0.0

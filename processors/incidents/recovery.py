@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from processors.incidents import correlate, impact, saves, severity, slowdown
+from processors.incidents import continuation, correlate, impact, saves, severity, slowdown
 from processors.incidents.book import AttemptKey, Progress, akey, jobref
 from schemas import incident_events as ev
 from schemas.events import Event
@@ -42,6 +42,7 @@ def track(ctx: Context, event: Event) -> None:
         failure_step(ctx, event, key, reported, event.type)
     elif event.type == "checkpoint.saved" and isinstance(attrs.get("step"), int):
         saves.saved(progress, attrs["step"], event.time)
+        continuation.saved(ctx.book, event, key)
         progress.ckpt_step, progress.ckpt_at = attrs["step"], event.time
         progress.failed_ckpt = None
         # a checkpoint is progress too: a slow save is not a hang
@@ -50,6 +51,7 @@ def track(ctx: Context, event: Event) -> None:
         correlate.saved(ctx, event, key, progress)
     elif event.type == "checkpoint.restored" and isinstance(attrs.get("step"), int):
         progress.restored, progress.restore_failed = attrs["step"], False
+        _continues(ctx, event, key)
         restored(ctx, event, key, attrs["step"])
     elif event.type == "checkpoint.started" and isinstance(attrs.get("step"), int):
         saves.started(progress, attrs["step"], event.time)
@@ -66,55 +68,99 @@ _ENDED = frozenset({"job.completed", "job.failed", "job.cancelled", "job.timeout
 
 
 def _pending(ctx: Context, key: AttemptKey) -> list[tuple[str, AttemptKey]]:
-    """Earlier attempts of the same job still waiting for their recovery to be verified."""
-    return [(inc_id, failed) for inc_id, failed in ctx.book.pending.get((key[0], key[1]), [])
-            if failed[2] < key[2]]
+    """Failed attempts still waiting for their recovery to be verified that `key` follows:
+    earlier attempts of the same job, and every attempt of the jobs its job continues
+    (resubmitted under a new id: `continuation`)."""
+    book = ctx.book
+    out = [(inc_id, failed) for inc_id, failed in book.pending.get((key[0], key[1]), [])
+           if failed[2] < key[2]]
+    for job in continuation.ancestors(book, (key[0], key[1])):
+        out += book.pending.get(job, [])
+    return out
+
+
+def _done(ctx: Context, inc_id: str, failed: AttemptKey) -> None:
+    """The failed attempt's recovery was verified: it waits no longer."""
+    pending = ctx.book.pending.get((failed[0], failed[1]), [])
+    if (inc_id, failed) in pending:
+        pending.remove((inc_id, failed))
+
+
+def _same(failed: AttemptKey, key: AttemptKey) -> bool:
+    return (failed[0], failed[1]) == (key[0], key[1])
+
+
+def _continues(ctx: Context, event: Event, key: AttemptKey) -> None:
+    """The restore names a checkpoint an earlier job of the project saved: the new job
+    continues it, and its attempt (started already) is the restart of that job's failures
+    still waiting for one."""
+    if continuation.link(ctx.book, event, key) is None:
+        return
+    attempt = ctx.book.attempt(key)
+    if attempt is not None and attempt.started_at is not None and \
+            attempt.started_at <= event.time:
+        restarted(ctx, event, key, attempt.started_at)
 
 
 def restored(ctx: Context, event: Event, key: AttemptKey, step: int) -> None:
     for inc_id, failed in _pending(ctx, key):
-        ctx.book.emit(inc_id, ev.RecoveryObserved(job=jobref(failed), stage="restored",
-                                                  restored_step=step, by_attempt=key[2]),
-                      event.time, "recovery", f"restored:{akey(failed)}:{key[2]}")
-        ctx.book.evidence(inc_id, event, "recovery", "restored from checkpoint", "recovery", key)
+        other = None if _same(failed, key) else key[1]
+        payload = ev.RecoveryObserved(job=jobref(failed), stage="restored", restored_step=step,
+                                      by_attempt=key[2])
+        ctx.book.emit(inc_id, payload, event.time, "recovery",
+                      f"restored:{akey(failed)}:{_by(failed, key)}")
+        ctx.book.evidence(inc_id, event, "recovery", "restored from checkpoint" if other is None
+                          else f"job {other} restored this job's checkpoint", "recovery", key)
 
 
-def restarted(ctx: Context, event: Event, key: AttemptKey) -> None:
-    """A new attempt started: the restart of the failures still waiting for one (a failure
-    that was restarted already keeps its restart: a later attempt is that restart's
-    failure's, whose GPU time it is charged to)."""
+def _by(failed: AttemptKey, key: AttemptKey) -> str:
+    """The restart's part of a decision id: its attempt number, `job/attempt` when it ran
+    under another job id (the ids of a same-job restart stay as they always were)."""
+    return str(key[2]) if _same(failed, key) else f"{key[1]}/{key[2]}"
+
+
+def restarted(ctx: Context, event: Event, key: AttemptKey,
+              at: datetime | None = None) -> None:
+    """A new attempt started (at `at`, else the event's time): the restart of the failures
+    still waiting for one (a failure that was restarted already keeps its restart: a later
+    attempt is that restart's failure's, whose GPU time it is charged to)."""
+    when = at or event.time
     for inc_id, failed in _pending(ctx, key):
         held = ctx.book.incidents[inc_id].jobs.get(akey(failed))
-        if held is not None and held.restarted_attempt is not None and \
-                held.restarted_attempt != key[2]:
+        other = None if _same(failed, key) else key[1]
+        if held is not None and held.restarted_attempt is not None and (
+                held.restarted_attempt, held.restarted_job) != (key[2], other):
             continue
         old = ctx.book.attempt(failed)
-        overlap = old is not None and (old.ended_at is None or old.ended_at > event.time)
+        overlap = old is not None and (old.ended_at is None or old.ended_at > when)
+        fields: dict[str, Any] = {"restarted_job": other} if other is not None else {}
+        if overlap:
+            fields["duplicate_run"] = True
         payload = ev.RecoveryObserved(job=jobref(failed), stage="restarted",
-                                      restarted_attempt=key[2], restarted_at=event.time,
-                                      duplicate_run=True) if overlap else \
-            ev.RecoveryObserved(job=jobref(failed), stage="restarted",
-                                restarted_attempt=key[2], restarted_at=event.time)
+                                      restarted_attempt=key[2], restarted_at=when, **fields)
         ctx.book.emit(inc_id, payload, event.time, "recovery",
-                      f"restarted:{akey(failed)}:{key[2]}")
-        ctx.book.evidence(inc_id, event, "recovery", f"attempt {key[2]} started", "recovery", key)
+                      f"restarted:{akey(failed)}:{_by(failed, key)}")
+        ctx.book.evidence(inc_id, event, "recovery", f"attempt {key[2]} started" if other is None
+                          else f"job {other} (attempt {key[2]}) restored this job's checkpoint",
+                          "recovery", key)
         if overlap:
             severity.flag(ctx, inc_id, "duplicate_run", event.time, "recovery",
                           f"attempt {key[2]} started while attempt {failed[2]} was still "
-                          "running")
-    _progress_before_start(ctx, event, key)
+                          "running" if other is None else f"job {other} started while "
+                          f"attempt {failed[2]} of job {failed[1]} was still running")
+    _progress_before_start(ctx, event, key, when)
 
 
-def _progress_before_start(ctx: Context, event: Event, key: AttemptKey) -> None:
+def _progress_before_start(ctx: Context, event: Event, key: AttemptKey,
+                           when: datetime) -> None:
     """The new attempt's own progress arrived before its start did (the training log
     imported before the scheduler's, past the lateness horizon): the loss is assessed at
     its first step and, when its last step is past the failure step, recovery verified
     then, as if the steps had come after the start."""
     progress = ctx.book.progress.get(key)
     if progress is None or progress.first_step_at is None or progress.last_step is None or \
-            progress.last_step_at is None or progress.first_step_at < event.time:
+            progress.last_step_at is None or progress.first_step_at < when:
         return
-    pending = ctx.book.pending.get((key[0], key[1]), [])
     for inc_id, failed in _pending(ctx, key):
         job = ctx.book.incidents[inc_id].jobs.get(akey(failed))
         if job is None or job.role != "failed":
@@ -134,8 +180,7 @@ def _progress_before_start(ctx: Context, event: Event, key: AttemptKey) -> None:
                               f"attempt {key[2]} had logged step {progress.last_step}, past "
                               f"the failure point ({job.failure_step}), before its start "
                               "arrived", "recovery", key)
-            if (inc_id, failed) in pending:
-                pending.remove((inc_id, failed))
+            _done(ctx, inc_id, failed)
 
 
 def failure_step(ctx: Context, event: Event, key: AttemptKey, step: int, source: str) -> None:
@@ -167,10 +212,7 @@ def failure_step(ctx: Context, event: Event, key: AttemptKey, step: int, source:
 
 
 def progressed(ctx: Context, event: Event, key: AttemptKey, step: int) -> None:
-    pending = ctx.book.pending.get((key[0], key[1]), [])
-    for inc_id, failed in list(pending):
-        if failed[2] >= key[2]:
-            continue
+    for inc_id, failed in _pending(ctx, key):
         job = ctx.book.incidents[inc_id].jobs.get(akey(failed))
         if job is None:
             continue
@@ -187,7 +229,7 @@ def progressed(ctx: Context, event: Event, key: AttemptKey, step: int) -> None:
             ctx.book.evidence(inc_id, event, "recovery",
                               f"step {step} passed the failure point ({job.failure_step})",
                               "recovery", key)
-            pending.remove((inc_id, failed))
+            _done(ctx, inc_id, failed)
 
 
 def deadline(ctx: Context, when: datetime, inc_id: str, key: AttemptKey) -> None:
