@@ -31,6 +31,11 @@ def rename(book: Book, names: dict[str, str]) -> None:
     book.node_incidents = {node: {_token(n, i): t for i, t in v.items()}
                            for node, v in book.node_incidents.items()}
     book.folded = {n(k): v for k, v in book.folded.items()}
+    book.blamed = {node: (signal, n(inc), at, attempts)
+                   for node, (signal, inc, at, attempts) in book.blamed.items()}
+    book.drains = {node: {n(i) for i in held} for node, held in book.drains.items()}
+    book.last_touch = {n(k): v for k, v in book.last_touch.items()}
+    book.opened_observed = {n(k): v for k, v in book.opened_observed.items()}
     for progress in book.progress.values():
         _rename_progress(progress, n)
 

@@ -165,3 +165,16 @@ def test_a_truth_that_names_another_cluster_is_not_explained_by_this_ones_incide
     other = Concluded(idle.klass, idle.entity, idle.owner, (), 0.0, "", "cluster-a")
     story2 = dataclasses.replace(story, truth=[elsewhere])
     assert score(story2, (other,))[0].got is None
+
+
+def test_a_crash_loop_read_from_raw_files_survives_the_late_events_replay() -> None:
+    """Seed 39 (a crash loop on one GPU, raw files in shuffled order): a late event replays
+    the detector, the replay opens the blamed incident under a new id and renames it onto
+    the one the log holds; the blame must follow the rename (it kept the replay's id, and
+    the next failure on the GPU raised KeyError). One gpu_hardware incident holds the job's
+    three failed attempts."""
+    story = stories.generate(39)
+    assert story.pattern == "crash_loop"
+    got = stories.answer(stories.run(stories.deliveries(story, which=("raw",))["raw"]))
+    gpu = [a for a in got if a.klass == "gpu_hardware" and a.jobs]
+    assert [(a.entity, len(a.jobs)) for a in gpu] == [("node-021/gpu7", 3)], got
