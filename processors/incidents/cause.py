@@ -79,8 +79,14 @@ def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: Attemp
             ctx.book.evidence(current, event, "symptom", rule.why, rule.name, key)
         reclassify(ctx, current, rule, time, key)
         return current
+    began = hang_began(event)
+    if began is not None and since is None:
+        since = began - timedelta(seconds=rules.cause_window_s)
     ranked = weighing.candidates(ctx, key, time, since, node, rule,
                                  on=event.node or "" if event is not None else "")
+    if began is not None:  # what happened after the collective hung did not hang it
+        ranked = [c for c in ranked if c.signal.event.time
+                  <= began + timedelta(seconds=rules.cause_slack_s)]
     chosen = ranked[0] if ranked and not weighing.own_wins(
         ranked[0], rule, rules.change_explains) else None
     if chosen is not None:
@@ -185,6 +191,20 @@ def interval(event: Event) -> tuple[datetime, datetime] | None:
     except ValueError:
         return None
     return (low, high) if low <= event.time <= high and low < high else None
+
+
+def hang_began(event: Event | None) -> datetime | None:
+    """When the collective an NCCL watchdog timed out began: the report less how long the
+    operation ran (`ran_ms`, else the watchdog's `timeout_ms`; a second at least, or None).
+    A fault after that instant cannot have hung it (a link's symbol errors ticking seven
+    minutes into a ten-minute hang are not its cause)."""
+    if event is None or event.type != "comm.nccl_timeout":
+        return None
+    for name in ("ran_ms", "timeout_ms"):
+        value = event.attributes.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1000:
+            return event.time - timedelta(milliseconds=float(value))
+    return None
 
 
 def entity_of(signal: Signal) -> str:

@@ -167,7 +167,7 @@ def runs(ctx: Context, job: tuple[str, str], inc_id: str, failed: AttemptKey) ->
             first_step_at=progress.first_step_at, first_step=progress.first_step,
             checkpoints=tuple(progress.saved), started_saves=tuple(progress.started_saves),
             restored_step=progress.restored, restore_failed=progress.restore_failed,
-            requeued=held_through(attempt),
+            requeued=held_through(attempt, ctx.rules.requeue_held_s),
             preempted=attempt.outcome == "preempted" or (
                 key == failed and ctx.book.incidents[inc_id].klass == "preemption"),
             pending=marks))
@@ -175,19 +175,18 @@ def runs(ctx: Context, job: tuple[str, str], inc_id: str, failed: AttemptKey) ->
 
 
 _FAILED = frozenset({"failed", "timeout", "preempted", "requeued"})
-REQUEUE_SLACK = timedelta(seconds=60)
-"""How long after an attempt's end its requeue may be logged and still be the scheduler's
-own (Slurm logs `Requeuing JobId=N` about a second after a NODE_FAIL end)."""
 
 
-def held_through(attempt: Attempt) -> bool:
+def held_through(attempt: Attempt, slack_s: float) -> bool:
     """Whether the job kept its place from the attempt's end to the next attempt: requeued
-    by the scheduler as the attempt ended. A requeue logged well after the attempt ended
-    FAILED (`scontrol requeue` of a finished job, its owner's resubmission) held nothing in
-    between: that wait is time-to-train delay (`not_held`), not GPUs held."""
+    as the attempt ended, or within `slack_s` (the rules' `requeue_held_s`: the scheduler,
+    an automatic retry). A requeue logged long after the attempt ended FAILED (`scontrol
+    requeue` of a finished job by its owner) held nothing in between: that wait is
+    time-to-train delay (`not_held`), not GPUs held."""
     if attempt.requeued_at is None:
         return False
-    return attempt.ended_at is None or attempt.requeued_at - attempt.ended_at <= REQUEUE_SLACK
+    return attempt.ended_at is None or (
+        attempt.requeued_at - attempt.ended_at).total_seconds() <= slack_s
 
 
 def line_of(ctx: Context, job: tuple[str, str]) -> list[tuple[int, AttemptKey, Attempt]]:

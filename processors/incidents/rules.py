@@ -229,6 +229,10 @@ class Rules(_Strict):
     cause_slack_s: float = Field(default=5, ge=0)
     group_window_s: float = Field(default=1800, gt=0)
     restart_deadline_s: float = Field(default=1800, gt=0)
+    requeue_held_s: float = Field(default=300, ge=0)
+    """A requeue logged within this long of the attempt's end kept the job's place (the
+    scheduler's, an automatic retry's): the wait is the failure's downtime. A later one
+    (`scontrol requeue` of a job that ended FAILED, by its owner) held nothing meanwhile."""
     repeat_offender_count: int = Field(default=3, ge=2)
     repeat_offender_window_s: float = Field(default=7 * 86400, gt=0)
     max_symptom_evidence: int = Field(default=64, ge=1)
