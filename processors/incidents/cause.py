@@ -84,8 +84,10 @@ def on_symptom(ctx: Context, event: Event | None, rule: SymptomRule, key: Attemp
         since = began - timedelta(seconds=rules.cause_window_s)
     ranked = weighing.candidates(ctx, key, time, since, node, rule,
                                  on=event.node or "" if event is not None else "")
-    if began is not None:  # what happened after the collective hung did not hang it
-        ranked = [c for c in ranked if c.signal.event.time
+    if began is not None:  # a counter tick or a blip after the collective hung: not its
+        # cause (a hard fault is kept: the watchdog's timer is its own rank's, and a peer
+        # may have entered the collective later)
+        ranked = [c for c in ranked if c.score > 1 or c.signal.event.time
                   <= began + timedelta(seconds=rules.cause_slack_s)]
     chosen = ranked[0] if ranked and not weighing.own_wins(
         ranked[0], rule, rules.change_explains) else None
@@ -196,7 +198,7 @@ def interval(event: Event) -> tuple[datetime, datetime] | None:
 def hang_began(event: Event | None) -> datetime | None:
     """When the collective an NCCL watchdog timed out began: the report less how long the
     operation ran (`ran_ms`, else the watchdog's `timeout_ms`; a second at least, or None).
-    A fault after that instant cannot have hung it (a link's symbol errors ticking seven
+    A weak signal after that instant did not hang it (a link's symbol errors ticking seven
     minutes into a ten-minute hang are not its cause)."""
     if event is None or event.type != "comm.nccl_timeout":
         return None
