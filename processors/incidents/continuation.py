@@ -42,10 +42,18 @@ def root(path: str) -> str:
     return "/".join(parts)
 
 
+_ANCHORED = re.compile(r"^(?:/|[a-z][a-z0-9+.-]*://)", re.I)
+"""An absolute path or a URL (`s3://bucket/run`): a relative one (`./outputs/checkpoint-500`)
+is relative to each job's own directory, so two jobs naming it need not share it."""
+
+
 def path_of(event: Event) -> str:
-    """The checkpoint root the event names ('' when it names none)."""
+    """The checkpoint root the event names ('' when it names none, or only a relative
+    path, which cannot link two jobs)."""
     path = event.attributes.get("path")
-    return root(path) if isinstance(path, str) and path.strip() else ""
+    if not isinstance(path, str) or not _ANCHORED.match(path.strip()):
+        return ""
+    return root(path)
 
 
 def saved(book: Book, event: Event, key: AttemptKey) -> None:

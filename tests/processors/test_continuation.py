@@ -13,6 +13,7 @@ from jobtrail.learn.scenarios import Scenario, check, load, run
 from processors.incidents import continuation
 from processors.incidents.book import Book
 from processors.incidents.model import fold
+from schemas.events import Event, Source
 
 LIBRARY = Path(__file__).parents[1] / "scenarios" / "incidents"
 RESUBMITTED = LIBRARY / "resubmitted-under-a-new-job-id-restores-the-checkpoint.yaml"
@@ -110,3 +111,26 @@ def test_a_restore_never_links_a_job_to_itself_or_in_a_cycle() -> None:
     assert continuation.link(book, event.model_copy(update={"job_id": "1"}), ("p", "1", 1)) \
         is None
     assert book.continued == {("p", "1"): ("p", "2")}
+
+
+def test_a_relative_checkpoint_path_links_no_two_jobs() -> None:
+    """`./outputs` is each job's own directory: the resubmission's story with both jobs
+    writing and loading a relative path links nothing, while `s3://` and absolute paths
+    do."""
+    scenario = load(RESUBMITTED)
+
+    def relative(e: Event) -> Event:
+        path = e.attributes.get("path")
+        if not isinstance(path, str):
+            return e
+        return e.model_copy(update={"attributes": {**e.attributes,
+                                                   "path": "./" + path.lstrip("/")}})
+
+    book = _book(replace(scenario, events=[relative(e) for e in scenario.events]))
+    assert book.continued == {} and book.saved_paths == {}
+    for path, linked in (("s3://bucket/run/global_step5", "s3://bucket/run"),
+                         ("./run/global_step5", ""), ("run", "")):
+        event = Event(id="x", type="checkpoint.saved", source=Source.job,
+                      time="2026-12-07T00:00:00Z", project="p", cluster="c", job_id="j",
+                      attempt=1, attributes={"step": 5, "path": path})
+        assert continuation.path_of(event) == linked, path
