@@ -40,8 +40,8 @@ from processors.timeline import (
     lookup_keys,
     rows_for,
 )
-from processors.topology import Topology
-from schemas.events import Event, Scope
+from processors.topology import Topology, entity_named
+from schemas.events import Event
 
 JOB_RETENTION = timedelta(hours=24)
 MAX_WAITING = 100_000
@@ -273,24 +273,9 @@ class Pipeline:
                                         "attributes": {**event.attributes, "gpu": str(index)}})
 
     def entity_named(self, event: Event) -> Event:
-        """The event's entity as the topology names it, so one thing has one name whatever
-        source spoke of it: a GPU from its PCI address (`gpu_named`), a Lustre client's
-        `scratch-OST0012` as the target `OST0012` of the filesystem the topology calls
-        `lustre-scratch`, an HCA port `node-019/mlx5_0/1` as the NIC `node-019/mlx5_0` (the
-        spelling read stays in the attributes: `fsname`, `port`)."""
-        event = self.gpu_named(event)
-        attrs = event.attributes
-        if event.scope == Scope.target and isinstance(target := attrs.get("target"), str) \
-                and target and event.entity != target:
-            fs = self.topology.target_named(target, str(attrs.get("fsname") or ""))
-            if fs is not None:
-                return event.model_copy(update={"entity": target, "attributes": {
-                    **attrs, "filesystem": attrs.get("filesystem") or fs}})
-        if event.scope == Scope.nic and event.node and event.entity:
-            nic = self.topology.nic_named(event.node, event.entity)
-            if nic is not None:
-                return event.model_copy(update={"entity": nic})
-        return event
+        """The event's entity as the topology names it (`topology.entity_named`): a GPU
+        from its PCI address (`gpu_named`), a Lustre target, an HCA port."""
+        return entity_named(self.topology, self.gpu_named(event))
 
     def named(self, event: Event) -> Event:
         """The event as the folds see it: its entity as the topology names it

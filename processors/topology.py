@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from schemas.events import Event
+from schemas.events import Event, Scope
 from schemas.topology import TopologyFile
 
 
@@ -182,3 +182,22 @@ def _hex(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def entity_named(topology: Topology, event: Event) -> Event:
+    """The event's entity as the topology names it, so one thing has one name whatever
+    source spoke of it: a Lustre client's `scratch-OST0012` as the target `OST0012` of the
+    filesystem the topology calls `lustre-scratch`, an HCA port `node-019/mlx5_0/1` as the
+    NIC `node-019/mlx5_0` (the spelling read stays in the attributes: `fsname`, `port`)."""
+    attrs = event.attributes
+    if event.scope == Scope.target and isinstance(target := attrs.get("target"), str) \
+            and target and event.entity != target:
+        fs = topology.target_named(target, str(attrs.get("fsname") or ""))
+        if fs is not None:
+            return event.model_copy(update={"entity": target, "attributes": {
+                **attrs, "filesystem": attrs.get("filesystem") or fs}})
+    if event.scope == Scope.nic and event.node and event.entity:
+        nic = topology.nic_named(event.node, event.entity)
+        if nic is not None:
+            return event.model_copy(update={"entity": nic})
+    return event
