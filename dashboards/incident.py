@@ -67,8 +67,8 @@ FROM ({RESPONSE_SQL}) AS response WHERE {_ONE}
 """Seconds from the first signal to each milestone: the postmortem's "Response times"."""
 
 RECOVERY = f"""
-SELECT project, job_id, attempt, failed_at, restarted_attempt, restarted_at, restored_step,
-       resumed_at, verified_at, recovery
+SELECT project, job_id, attempt, failed_at, restarted_job, restarted_attempt, restarted_at,
+       restored_step, resumed_at, verified_at, recovery
 FROM incident_jobs FINAL WHERE {_ONE} AND role = 'failed'
 ORDER BY project, job_id, attempt
 """

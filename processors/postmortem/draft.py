@@ -29,6 +29,7 @@ from processors.postmortem.story import (
     detection,
     participants,
     resolution,
+    restarted_as,
     summary,
 )
 from processors.postmortem.text import (
@@ -193,7 +194,7 @@ def timeline(inc: Incident) -> str:
                          f"{j.last_checkpoint_step}): the loss counts from here"),
                   (j.failed_at, f"{name} attempt {j.attempt} failed"
                    + (f" at step {j.failure_step}" if j.failure_step is not None else "")),
-                  (j.restarted_at, f"{name} restarted as attempt {j.restarted_attempt}"),
+                  (j.restarted_at, f"{name} {restarted_as(j)}"),
                   (j.resumed_at, f"{name} progress resumed"),
                   (j.verified_at, f"{name} recovery verified (past step {j.failure_step})")]
     lines += [(at, f"*milestone* {text}") for at, text in marks if at is not None]

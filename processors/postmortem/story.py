@@ -11,7 +11,7 @@ from processors.incidents.response import first_signal
 from processors.postmortem.text import _between, code, duration, esc, gpu_h, hhmm, when
 
 if TYPE_CHECKING:
-    from processors.incidents.aggregate import Told
+    from processors.incidents.aggregate import JobImpact, Told
     from processors.incidents.model import Incident
 
 def _failed(inc: Incident) -> list:  # type: ignore[type-arg]
@@ -160,6 +160,15 @@ def detection(inc: Incident) -> str:
     return "\n".join(lines)
 
 
+def restarted_as(j: JobImpact) -> str:
+    """How the job came back: `restarted as attempt 2` (requeued, or restarted itself) or
+    `resubmitted as `job 4812` attempt 1` (a new job restored its checkpoint)."""
+    if j.restarted_job and j.restarted_job != j.job_id:
+        return f"resubmitted as {code(f'{j.project}/{j.restarted_job}')} attempt " \
+            f"{j.restarted_attempt}"
+    return f"restarted as attempt {j.restarted_attempt}"
+
+
 def resolution(inc: Incident) -> str:
     """What people did to stop the impact and fix the cause, and how the jobs recovered."""
     lines = [f"- {when(t.at)} {esc(t.by)} {_told_line(t)}"
@@ -174,8 +183,7 @@ def resolution(inc: Incident) -> str:
             lines.append(f"- {name} attempt {j.attempt} has not been restarted.")
             continue
         restored = f" from step {j.restored_step}" if j.restored_step is not None else ""
-        lines.append(f"- {name} restarted as attempt {j.restarted_attempt} at "
-                     f"{when(j.restarted_at)}{restored}; "
+        lines.append(f"- {name} {restarted_as(j)} at {when(j.restarted_at)}{restored}; "
                      + (f"progress resumed at {when(j.resumed_at)}" if j.resumed_at
                         else "no progress yet")
                      + (f", recovery verified at {when(j.verified_at)} (past step "
