@@ -103,10 +103,13 @@ def _signal(story: Story, rng: random.Random, sig: Signal, f: Fault) -> None:
             story.add("dcgm", "node.thermal", at + timedelta(minutes=2 * i), c, scope="gpu",
                       entity=f"{node(n)}/gpu{g}", node=node(n),
                       attributes={"gpu": str(g), "temperature_c": 91.0 + i, "limit_c": 87.0})
-    elif sig.kind == "dcgm_fail":  # DCGM's health watch (no raw: its report has no time)
+    elif sig.kind == "dcgm_fail":  # DCGM's health watch; raw: dcgm-exporter's memory
+        # series through deploy/prometheus/gpu-health.rules.yml (a health report has no time)
         story.add("dcgm", "node.health", at, c, scope="gpu", entity=f"{node(n)}/gpu{g}",
                   node=node(n), attributes={"gpu": str(g), "system": sig.test.lower(),
                                             "status": "failure"})
+        if sig.test.lower() == "memory":
+            alert(story, c, "GPURowRemapFailure", {"node": node(n), "gpu": str(g)}, at, None)
     elif sig.kind in ("port_down", "link_errors"):
         switch, p = port(n).split("/")
         if sig.kind == "port_down":
@@ -234,8 +237,9 @@ def alert(story: Story, cluster: str, name: str, labels: dict[str, str], at: dat
             "status": status,
             "labels": {"alertname": name, "cluster": cluster, "severity": "critical",
                        **labels},
-            "annotations": {"summary": f"{labels.get('switch')} port {labels.get('port')}: "
-                            f"{name}"},
+            "annotations": {"summary": f"{labels['switch']} port {labels.get('port')}: {name}"
+                            if "switch" in labels else
+                            f"{name} on {labels.get('node')} GPU {labels.get('gpu')}"},
             "startsAt": iso(at),
             "endsAt": iso(resolved) if resolved and status == "resolved"
             else "0001-01-01T00:00:00Z",

@@ -157,7 +157,10 @@ def alert_record(alert: Any, i: int, payload: dict[str, Any], ctx: Context,
         # the end of the firing alert: the same fingerprint and startsAt (one signal)
         attributes.update(ends=f"{prefix}-{fingerprint}-{alert.get('startsAt')}-firing",
                           started_at=str(alert.get("startsAt") or ""))
-    attributes.update({"alertname": name, "status": status,
+    # the alert's state is `alert_status`; `status` is the mapping's when it says one (a
+    # GPURowRemapFailure is a health `status: failure`, which "firing" must not overwrite)
+    attributes.setdefault("status", status)
+    attributes.update({"alertname": name, "alert_status": status,
                        "fingerprint": alert.get("fingerprint", ""),
                        "raw": raw_evidence(alert)})
     severity = "info" if resolved else _SEVERITY.get(labels.get("severity", ""), "warning")

@@ -367,6 +367,7 @@ def test_every_shipped_alert_maps_to_an_event() -> None:
     from datetime import UTC, datetime
 
     from ingest.adapters import Context, registry, run
+    from processors.incidents.rules import load_rules
     from schemas.events import Event
 
     rules = yaml.safe_load((DEPLOY / "gpu-health.rules.yml").read_text())
@@ -377,6 +378,7 @@ def test_every_shipped_alert_maps_to_an_event() -> None:
     series = {"gpu": "3", "Hostname": NODE, "node": NODE, "device": "mlx5_0", "port": "1",
               "mountpoint": "/lustre/scratch", "instance": f"{NODE}:9400", "job": "dcgm"}
     adapter = registry()["alertmanager"]
+    rules_file = load_rules()
     for group in rules["groups"]:
         for rule in group["rules"]:
             labels = {**series, "alertname": rule["alert"], "cluster": "cluster-a",
@@ -393,3 +395,9 @@ def test_every_shipped_alert_maps_to_an_event() -> None:
                     producer="am", observed_at=datetime.now(UTC), origin="t"))
                 assert len(out) == 1 and isinstance(out[0], Event), (rule["alert"], out)
                 assert out[0].cluster == "cluster-a"
+                assert out[0].attributes["alert_status"] == status
+                if status == "firing":  # what the alert is for: a signal the rules weigh
+                    event = out[0]
+                    assert rules_file.signal_rule(event.type, event.attributes,
+                                                  event.message) is not None, \
+                        (rule["alert"], event.type, event.attributes)
