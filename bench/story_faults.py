@@ -202,9 +202,10 @@ def _symptom(story: Story, rng: random.Random, sym: Symptom, f: Fault) -> None:
         story.add("ranks", "job.worker_exited", at, run.cluster, node=node(n), message=message,
                   **job, attributes={"rank": rank_of(run, n), "exit_code": 139 if segv else 1,
                                      **({"signal": "SIGSEGV"} if segv else {})})
-        if segv:  # srun's line: no time of its own, after the rank's last timed line
-            train(story, run, n, at, f"srun: error: {node(n)}: task {rank_of(run, n)}: "
-                  f"{message}", stamped=False)
+        if segv:  # srun's line: no time of its own, in the job's output (slurm-%j.out, on
+            # the batch host, rank 0's) after the last timed line; it names the rank's node
+            train(story, run, run.nodes[0], at, f"srun: error: {node(n)}: task "
+                  f"{rank_of(run, n)}: {message}", stamped=False)
         else:
             train(story, run, n, at, message)
     elif sym.kind == "oom":
